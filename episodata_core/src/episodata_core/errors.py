@@ -1,0 +1,74 @@
+"""Every exception and warning class of episodata, in one place so users can filter them.
+
+Errors subclass both :class:`EpisodataError` and the matching built-in exception, so
+``except ValueError`` keeps working for callers that do not know episodata.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DatasetStateError",
+    "EpisodataDeprecationWarning",
+    "EpisodataError",
+    "EpisodataPluginWarning",
+    "EpisodataWarning",
+    "FieldNotFoundError",
+    "MissingDependencyError",
+    "PluginConflictError",
+    "PluginDisabledError",
+    "PluginError",
+    "PluginNotFoundError",
+    "SchemaError",
+]
+
+
+class EpisodataError(Exception):
+    """Base class of every error episodata raises on purpose."""
+
+
+class SchemaError(EpisodataError, ValueError):
+    """Data or a schema declaration does not satisfy the dataset schema."""
+
+
+class FieldNotFoundError(EpisodataError, KeyError):
+    """A field, role or group name does not exist where it was looked up."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ shows the repr of its argument; a sentence reads better.
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetStateError(EpisodataError, RuntimeError):
+    """An operation does not fit the current state (a closed writer, a finalized episode)."""
+
+
+class MissingDependencyError(EpisodataError, ImportError):
+    """An optional dependency that a feature needs is not installed."""
+
+
+class PluginError(EpisodataError, RuntimeError):
+    """A plugin could not be loaded or does not satisfy its contract."""
+
+
+class PluginNotFoundError(PluginError, LookupError):
+    """No plugin of the requested kind is registered under the requested name."""
+
+
+class PluginDisabledError(PluginNotFoundError):
+    """The requested plugin is installed but disabled (``EPISODATA_DISABLED_PLUGINS``)."""
+
+
+class PluginConflictError(PluginError):
+    """Two distributions register a plugin of the same kind under the same name."""
+
+
+class EpisodataWarning(UserWarning):
+    """Base class of every warning episodata emits."""
+
+
+class EpisodataPluginWarning(EpisodataWarning):
+    """A plugin is broken or incompatible and was skipped."""
+
+
+class EpisodataDeprecationWarning(EpisodataWarning, FutureWarning):
+    """A public name or behaviour will change; shown to end users by default."""

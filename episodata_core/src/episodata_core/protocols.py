@@ -1,0 +1,210 @@
+"""The plugin contract: what backends, samplers, importers and exporters provide.
+
+Every plugin class declares ``name`` (its registered name), a one-line ``description``
+and an ``Options`` Pydantic model that validates its configuration section. Optional
+abilities are ``Supports*`` Protocols that the core checks with ``isinstance``; it never
+asks which concrete plugin it is talking to.
+
+Backends speak in *rows* (data-model.md §2): an episode of T transitions has T + 1 rows,
+row 0 holds the reset observation and hidden zero action/reward, and every field of an
+episode has the same number of rows. Fields are addressed by
+:attr:`~episodata_core.schema.FieldSpec.qualified_key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from pydantic import BaseModel
+
+    from episodata_core.schema import DatasetSchema
+
+__all__ = [
+    "EpisodeTable",
+    "Exporter",
+    "GatherRequest",
+    "Importer",
+    "Rows",
+    "Sampler",
+    "StorageBackend",
+    "SupportsFlush",
+    "SupportsPersistence",
+]
+
+Rows = Mapping[str, npt.NDArray[Any]]
+"""Arrays keyed by qualified field key, each ``[n_rows, *field.shape]`` of the field dtype."""
+
+
+@dataclass(frozen=True)
+class EpisodeTable:
+    """A snapshot of the per-episode index; every array is ``[num_episodes]``.
+
+    ``length`` counts transitions (rows - 1). ``present`` maps each optional field's
+    qualified key to whether the episode stores it; required fields are always present.
+    """
+
+    length: npt.NDArray[np.int64]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    ongoing: npt.NDArray[np.bool_]
+    present: Mapping[str, npt.NDArray[np.bool_]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.length.shape[0])
+
+
+@dataclass(frozen=True)
+class GatherRequest:
+    """A batch of equally long row windows to read in one backend call.
+
+    Selection ``b`` copies rows ``starts[b] : starts[b] + counts[b]`` of episode
+    ``episodes[b]`` to output rows ``offsets[b] : offsets[b] + counts[b]``; every other
+    output row is zero. The result maps each requested field to ``[B, num_rows, ...]``.
+    Windows never leave their episode: ``starts + counts <= rows of the episode``.
+    """
+
+    episodes: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.int64]
+    num_rows: int
+    fields: tuple[str, ...]
+
+    @property
+    def is_dense(self) -> bool:
+        """Whether every selection fills all ``num_rows`` rows (no padding needed)."""
+        return bool(np.all(self.counts == self.num_rows))
+
+    def __len__(self) -> int:
+        return int(self.episodes.shape[0])
+
+
+class StorageBackend(Protocol):
+    """Stores episodes as rows and reads windows of them back.
+
+    Writes are validated by the core before they arrive here; a backend may assume
+    every array has the schema's dtype and per-step shape. Reads return arrays that the
+    caller must treat as read-only (they may be views of the backend's buffers).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+
+    @classmethod
+    def create(cls, schema: DatasetSchema, location: str | None, options: BaseModel) -> Self:
+        """Create an empty dataset with ``schema`` at ``location`` (``None``: no location)."""
+        ...
+
+    @property
+    def schema(self) -> DatasetSchema:
+        """The schema the backend was created with."""
+        ...
+
+    def episode_table(self) -> EpisodeTable:
+        """Lengths and flags of every episode, finalized and ongoing, by episode id."""
+        ...
+
+    def start_episode(self, rows: Rows) -> int:
+        """Begin an ongoing episode with its first rows (at least the reset row).
+
+        Optional fields missing from ``rows`` are absent from the episode. Returns the new
+        episode id, which is ``num_episodes`` before the call.
+        """
+        ...
+
+    def append_rows(self, episode: int, rows: Rows) -> None:
+        """Append rows (the same fields as :meth:`start_episode`) to an ongoing episode."""
+        ...
+
+    def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
+        """Mark an ongoing episode finished; it is durable when this returns."""
+        ...
+
+    def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
+        """Write a complete, finalized episode in one step; returns its id."""
+        ...
+
+    def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
+        """Rows ``[start, stop)`` of one episode for the given present fields."""
+        ...
+
+    def gather_rows(self, request: GatherRequest) -> Rows:
+        """Read a whole batch of windows; one call per sampled batch."""
+        ...
+
+    def close(self) -> None:
+        """Release resources; the backend is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class SupportsFlush(Protocol):
+    """A backend that can make buffered ongoing rows durable on request."""
+
+    def flush(self) -> None:
+        """Make every row written so far durable, ongoing episodes included."""
+        ...
+
+
+@runtime_checkable
+class SupportsPersistence(Protocol):
+    """A backend that stores datasets at a location and opens them again."""
+
+    @classmethod
+    def open(cls, location: str, options: BaseModel) -> Self:
+        """Open the dataset stored at ``location``."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """Where the dataset lives (a path today, possibly a URL later)."""
+        ...
+
+
+class Sampler(Protocol):
+    """Chooses which segments a batch contains.
+
+    ``index`` is the segment index of the stream (``len(index)`` windows); the result is
+    ``[batch_size]`` integer positions into it.
+    """
+
+    def sample(self, index: Sized, batch_size: int) -> npt.NDArray[np.integer[Any]]:
+        """Return ``[batch_size]`` window positions in ``[0, len(index))``."""
+        ...
+
+
+class Importer(Protocol):
+    """Reads episodes from a foreign source (a file or folder) as bulk episode dicts."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+
+    def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
+        """The schema the episodes of ``source`` will have."""
+        ...
+
+    def iter_episodes(self, source: str, options: BaseModel) -> Iterable[Mapping[str, Any]]:
+        """Yield bulk episode dicts (the accepted keys of data-model.md §6)."""
+        ...
+
+
+class Exporter(Protocol):
+    """Writes one or more datasets to a foreign format at ``destination``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+
+    def export(self, datasets: Mapping[str, Any], destination: str, options: BaseModel) -> Any:
+        """Export ``datasets`` (labelled, e.g. by environment name); returns a report."""
+        ...

@@ -1,0 +1,10 @@
+"""Gymnasium adapter for episodata.
+
+Importing this package does not import gymnasium; the functions that need it do.
+"""
+
+from __future__ import annotations
+
+from episodata_gym._spaces import schema_from_gym_spaces
+
+__all__ = ["schema_from_gym_spaces"]

@@ -1,0 +1,252 @@
+"""In-memory storage backend: the default when a dataset has no path.
+
+Finalized episodes live back to back in one growable array per field, so a batch of
+windows is one fancy-indexing gather per field. Ongoing episodes grow in buffers of
+their own and move into the shared arrays once, when they are finalized: appends are
+amortized O(1) and reading an ongoing episode slices its buffer instead of
+concatenating.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
+from pydantic import BaseModel, ConfigDict, Field
+
+from episodata_memory._growable import Growable
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Self
+
+    from episodata_core.schema import DatasetSchema
+
+__all__ = ["MemoryBackend"]
+
+__version__ = "0.1.0"
+
+
+class MemoryOptions(BaseModel):
+    """Options of the memory backend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    initial_rows: int = Field(
+        default=1024, ge=1, description="Rows reserved per field before the first growth."
+    )
+
+
+class MemoryBackend:
+    """Episodes kept in this process's memory; nothing survives the process."""
+
+    name: ClassVar[str] = "memory"
+    description: ClassVar[str] = "in-process arrays; for tests, small datasets, replay buffers"
+    Options: ClassVar[type[BaseModel]] = MemoryOptions
+
+    def __init__(self, schema: DatasetSchema, options: MemoryOptions) -> None:
+        self._schema = schema
+        self._specs = {spec.qualified_key: spec for spec in schema}
+        self._optional = tuple(spec.qualified_key for spec in schema if spec.optional)
+        rows = options.initial_rows
+        self._rows = {
+            key: Growable(spec.shape, spec.np_dtype, rows) for key, spec in self._specs.items()
+        }
+        # per-episode index; row_start is -1 while the episode is ongoing
+        self._row_start = Growable((), np.dtype(np.int64), 64)
+        self._length = Growable((), np.dtype(np.int64), 64)
+        self._terminated = Growable((), np.dtype(np.bool_), 64)
+        self._truncated = Growable((), np.dtype(np.bool_), 64)
+        self._ongoing = Growable((), np.dtype(np.bool_), 64)
+        self._present = {key: Growable((), np.dtype(np.bool_), 64) for key in self._optional}
+        self._ongoing_rows: dict[int, dict[str, Growable]] = {}
+        self._initial_rows = rows
+        self._closed = False
+
+    @classmethod
+    def create(cls, schema: DatasetSchema, location: str | None, options: BaseModel) -> Self:
+        """Create an empty in-memory dataset; ``location`` must be ``None``."""
+        if location is not None:
+            raise SchemaError(
+                f"the memory backend keeps data in this process and takes no path "
+                f"(got {location!r}); use backend='zarr' or 'npz_directory' to store files"
+            )
+        assert isinstance(options, MemoryOptions)
+        return cls(schema, options)
+
+    @property
+    def schema(self) -> DatasetSchema:
+        """The dataset schema."""
+        return self._schema
+
+    # -- index ----------------------------------------------------------------------------
+
+    def episode_table(self) -> EpisodeTable:
+        """Views of the per-episode index, valid until the next write."""
+        return EpisodeTable(
+            length=self._length.view(),
+            terminated=self._terminated.view(),
+            truncated=self._truncated.view(),
+            ongoing=self._ongoing.view(),
+            present={key: grow.view() for key, grow in self._present.items()},
+        )
+
+    def _new_index_entry(self, rows: Rows, *, row_start: int, ongoing: bool) -> int:
+        episode = len(self._length)
+        self._row_start.append_one(row_start)
+        self._length.append_one(_num_rows(rows) - 1)
+        self._terminated.append_one(False)
+        self._truncated.append_one(False)
+        self._ongoing.append_one(ongoing)
+        for key, grow in self._present.items():
+            grow.append_one(key in rows)
+        return episode
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def start_episode(self, rows: Rows) -> int:
+        """Begin an ongoing episode in buffers of its own."""
+        self._check_open()
+        buffers = {}
+        for key, block in rows.items():
+            grow = Growable(block.shape[1:], block.dtype, max(16, block.shape[0]))
+            grow.extend(block)
+            buffers[key] = grow
+        episode = self._new_index_entry(rows, row_start=-1, ongoing=True)
+        self._ongoing_rows[episode] = buffers
+        return episode
+
+    def append_rows(self, episode: int, rows: Rows) -> None:
+        """Append rows to an ongoing episode; amortized O(rows)."""
+        buffers = self._ongoing_buffers(episode)
+        if rows.keys() != buffers.keys():
+            raise SchemaError(
+                f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
+                f"fields {sorted(buffers)}"
+            )
+        for key, block in rows.items():
+            buffers[key].extend(block)
+        self._length.data[episode] += _num_rows(rows)
+
+    def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
+        """Move an ongoing episode's rows into the shared arrays."""
+        buffers = self._ongoing_buffers(episode)
+        rows = {key: grow.view() for key, grow in buffers.items()}
+        self._row_start.data[episode] = self._append_shared(rows)
+        self._terminated.data[episode] = terminated
+        self._truncated.data[episode] = truncated
+        self._ongoing.data[episode] = False
+        del self._ongoing_rows[episode]
+
+    def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
+        """Append a complete episode to the shared arrays."""
+        self._check_open()
+        start = self._append_shared(rows)
+        episode = self._new_index_entry(rows, row_start=start, ongoing=False)
+        self._terminated.data[episode] = terminated
+        self._truncated.data[episode] = truncated
+        return episode
+
+    def _append_shared(self, rows: Rows) -> int:
+        count = _num_rows(rows)
+        start = -1
+        for key, grow in self._rows.items():
+            block = rows.get(key)
+            # absent optional fields take zero rows so every field shares one row numbering
+            start = grow.extend(block) if block is not None else grow.extend_zeros(count)
+        return start
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
+        """Read-only views of rows ``[start, stop)`` of one episode."""
+        self._check_open()
+        base = int(self._row_start.data[episode])
+        if base < 0:
+            source = self._ongoing_rows[episode]
+            return {key: _read_only(source[key].view()[start:stop]) for key in fields}
+        return {
+            key: _read_only(self._rows[key].view()[base + start : base + stop]) for key in fields
+        }
+
+    def gather_rows(self, request: GatherRequest) -> Rows:
+        """One fancy-indexing gather per field for a whole batch of windows."""
+        self._check_open()
+        bases = self._row_start.view()[request.episodes]
+        ongoing = bases < 0
+        steps = np.arange(request.num_rows, dtype=np.int64)
+        if request.is_dense:
+            index = (bases + request.starts)[:, None] + steps
+            valid = None
+        else:
+            within = steps[None, :] - request.offsets[:, None]
+            valid = (within >= 0) & (within < request.counts[:, None])
+            index = (bases + request.starts)[:, None] + np.clip(within, 0, None)
+        if ongoing.any():
+            index[ongoing] = 0  # filled from the episodes' own buffers below
+        out: dict[str, npt.NDArray[Any]] = {}
+        for key in request.fields:
+            data = self._rows[key].view()
+            batch = data[index] if len(data) else self._zeros(key, index.shape)
+            if valid is not None:
+                batch[~valid] = 0
+            out[key] = batch
+        for b in np.flatnonzero(ongoing):
+            self._fill_ongoing(out, request, int(b))
+        return out
+
+    def _fill_ongoing(
+        self, out: dict[str, npt.NDArray[Any]], request: GatherRequest, b: int
+    ) -> None:
+        buffers = self._ongoing_rows[int(request.episodes[b])]
+        start, count, offset = (
+            int(request.starts[b]),
+            int(request.counts[b]),
+            int(request.offsets[b]),
+        )
+        for key, batch in out.items():
+            batch[b] = 0
+            if key in buffers:
+                batch[b, offset : offset + count] = buffers[key].view()[start : start + count]
+
+    def _zeros(self, key: str, shape: tuple[int, ...]) -> npt.NDArray[Any]:
+        spec = self._specs[key]
+        return np.zeros((*shape, *spec.shape), dtype=spec.np_dtype)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drop every buffer."""
+        self._closed = True
+        self._rows.clear()
+        self._ongoing_rows.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DatasetStateError("the dataset is closed")
+
+    def _ongoing_buffers(self, episode: int) -> dict[str, Growable]:
+        self._check_open()
+        try:
+            return self._ongoing_rows[episode]
+        except KeyError:
+            raise DatasetStateError(f"episode {episode} is not ongoing") from None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by stored rows (not counting reserved growth capacity)."""
+        shared = sum(grow.nbytes for grow in self._rows.values())
+        ongoing = sum(g.nbytes for buffers in self._ongoing_rows.values() for g in buffers.values())
+        return shared + ongoing
+
+
+def _num_rows(rows: Rows) -> int:
+    return int(next(iter(rows.values())).shape[0])
+
+
+def _read_only(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    array.flags.writeable = False
+    return array
