@@ -156,7 +156,7 @@ def split_episode(
     if "observations" not in data:
         raise SchemaError(f"{where}: 'observations' is missing")
 
-    per_step = {
+    per_step: dict[str, dict[str, npt.NDArray[Any]]] = {
         canonical: _arrays(flatten(data[canonical], _ROLE_OF[canonical]))
         for canonical in ("observations", "actions", "rewards", "infos")
         if canonical in data

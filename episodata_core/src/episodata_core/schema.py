@@ -36,7 +36,7 @@ def _normalize_dtype(value: Any) -> str:
             f"dtype {dtype} cannot be stored: use a numeric, bool or fixed-width string dtype"
         )
     # `name` is the readable spelling ("float32"); byte order only matters for strings
-    return dtype.name if dtype.kind in "biufc" else dtype.str
+    return str(dtype.name) if dtype.kind in "biufc" else str(dtype.str)
 
 
 class FieldSpec(BaseModel):

@@ -308,10 +308,7 @@ class TransitionView:
         return [self._schema[key] for key in self._buffers]
 
     def _role(self, role: Role, rows: _Rows) -> Any:
-        if self.squeezed:
-            index: slice | int = {"current": 0, "next": 1, "all": slice(None)}[rows]
-        else:
-            index = {"current": slice(0, -1), "next": slice(1, None), "all": slice(None)}[rows]
+        index = (_SQUEEZED_ROWS if self.squeezed else _ROWS)[rows]
         key = self._time(index)
         arrays = {
             spec.key: self._buffers[spec.qualified_key][key]
@@ -332,6 +329,13 @@ class TransitionView:
         inner = ", ".join(f"{k}: {_describe(v)}" for k, v in self._buffers.items())
         return f"{type(self).__name__}({inner})"
 
+
+_ROWS: dict[str, slice | int] = {
+    "current": slice(0, -1),
+    "next": slice(1, None),
+    "all": slice(None),
+}
+_SQUEEZED_ROWS: dict[str, slice | int] = {"current": 0, "next": 1, "all": slice(None)}
 
 _ROLE_NAMES: dict[str, dict[str, str]] = {
     "observation": {"current": "obs", "next": "next_obs", "all": "all_obs"},

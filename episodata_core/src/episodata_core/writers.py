@@ -283,8 +283,8 @@ class ActionOutEpisodeWriter:
                 "action-out step: pass terminated/truncated to end(), together with the "
                 "final observation the last action produced"
             )
-        acted = {k: data[k] for k in ("actions", "rewards") if k in data}
-        observed = {k: data[k] for k in ("observations", "infos") if k in data}
+        acted: dict[str, Any] = {k: data[k] for k in ("actions", "rewards") if k in data}
+        observed: dict[str, Any] = {k: data[k] for k in ("observations", "infos") if k in data}
         schema = self._dataset.schema
         if self._writer is None:
             where = f"episode {self._dataset.num_episodes}, action-out step 0"

@@ -1,0 +1,10 @@
+"""The conformance kit: base test classes that every plugin's tests subclass.
+
+Needs pytest (``pip install "episodata-core[testing]"``). See ``BackendTests``.
+"""
+
+from __future__ import annotations
+
+from episodata_core.testing.backend import BackendTests, example_rows, example_schema
+
+__all__ = ["BackendTests", "example_rows", "example_schema"]

@@ -184,7 +184,9 @@ class MemoryBackend:
         else:
             within = steps[None, :] - request.offsets[:, None]
             valid = (within >= 0) & (within < request.counts[:, None])
-            index = (bases + request.starts)[:, None] + np.clip(within, 0, None)
+            # padding positions read some real row of their own window, then get zeroed
+            last = np.maximum(request.counts - 1, 0)[:, None]
+            index = (bases + request.starts)[:, None] + np.clip(within, 0, last)
         if ongoing.any():
             index[ongoing] = 0  # filled from the episodes' own buffers below
         out: dict[str, npt.NDArray[Any]] = {}
