@@ -5,6 +5,7 @@ Plugins import from here; users import the facade ``episodata``.
 
 from __future__ import annotations
 
+from episodata_core._version import __version__
 from episodata_core.dataset import Dataset, Episode
 from episodata_core.errors import (
     DatasetStateError,
@@ -23,8 +24,6 @@ from episodata_core.manifest import Manifest
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.views import Batch, FieldGroup, Segment, Transition
 from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, VectorEpisodeWriter
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ActionOutEpisodeWriter",

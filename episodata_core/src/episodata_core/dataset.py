@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
-from importlib import metadata as importlib_metadata
-from typing import TYPE_CHECKING, Any, Self
+import json
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
+from pydantic import ValidationError
 
-from episodata_core import hooks, registry
+from episodata_core import hooks, location, registry
+from episodata_core._version import __version__
 from episodata_core.errors import DatasetStateError, SchemaError
-from episodata_core.manifest import Manifest, PluginVersion, Provenance
+from episodata_core.manifest import FORMAT_VERSION, Manifest, PluginVersion, Provenance
 from episodata_core.normalize import Alignment, split_episode, to_rows
+from episodata_core.protocols import SupportsFlush, supports_persistence
+from episodata_core.sampling.index import SegmentIndex, WindowSpec, check_pad
+from episodata_core.sampling.read import read_transitions
+from episodata_core.sampling.segments import SegmentDataset
+from episodata_core.sampling.stream import SegmentStream
 from episodata_core.schema import DatasetSchema
 from episodata_core.views import Flags, Segment, Transition
 from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, VectorEpisodeWriter
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Iterable, Iterator, Mapping
 
+    from pydantic import BaseModel
+
+    from episodata_core.location import WriterLock
     from episodata_core.protocols import StorageBackend
+    from episodata_core.registry import PluginKind
+    from episodata_core.sampling.index import EpisodeFilter, Pad
     from episodata_core.writers import AutoresetMode
 
-__all__ = ["Dataset", "Episode"]
+__all__ = ["Dataset", "Episode", "read_manifest"]
 
 
 class Dataset:
@@ -32,9 +47,22 @@ class Dataset:
     :meth:`add_episode` (a whole episode at once).
     """
 
-    def __init__(self, backend: StorageBackend, manifest: Manifest) -> None:
+    def __init__(
+        self,
+        backend: StorageBackend,
+        manifest: Manifest,
+        *,
+        lock: WriterLock | None = None,
+        read_only: bool = False,
+    ) -> None:
         self._backend = backend
         self._manifest = manifest
+        self._lock = lock
+        self._read_only = read_only
+        # serializes backend access between the caller's writes and read-ahead threads
+        self._io_lock = threading.RLock()
+        self._transition_indexes: dict[int, SegmentIndex] = {}
+        self._rng = np.random.default_rng()
 
     # -- creation -------------------------------------------------------------------------
 
@@ -42,7 +70,7 @@ class Dataset:
     def create(
         cls,
         schema: DatasetSchema,
-        path: str | None = None,
+        path: str | os.PathLike[str] | None = None,
         *,
         backend: str | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -55,13 +83,18 @@ class Dataset:
         schema
             The fields every episode has.
         path
-            Where to store the dataset; ``None`` keeps it in memory.
+            A new folder to store the dataset in; ``None`` keeps it in memory.
         backend
             A registered backend name; ``"memory"`` without a path, ``"zarr"`` with one.
         metadata
             JSON-serializable dataset metadata, stored in the manifest.
         **options
             The backend's options (validated by its ``Options`` model).
+
+        Raises
+        ------
+        DatasetStateError
+            ``path`` already holds files: datasets are never created over anything.
 
         Examples
         --------
@@ -75,22 +108,85 @@ class Dataset:
             )
         name = backend or ("memory" if path is None else "zarr")
         backend_cls = registry.get_backend(name)
-        store = backend_cls.create(
-            schema, None if path is None else str(path), backend_cls.Options(**options)
-        )
+        backend_options = backend_cls.Options(**options)
         manifest = Manifest(
             backend=name,
+            backend_options=backend_options.model_dump(mode="json"),
             schema=schema,
             metadata=dict(metadata or {}),
             provenance=Provenance(
-                episodata_version=_version("episodata-core"),
-                plugins=[_plugin_version(backend_cls, "backend")],
+                episodata_version=__version__, plugins=[_plugin_version("backend", name)]
             ),
         )
-        dataset = cls(store, manifest)
-        hooks.get_plugin_manager().hook.before_manifest_written(dataset=dataset, manifest=manifest)
+        if path is None:
+            dataset = cls(backend_cls.create(schema, None, backend_options), manifest)
+            hooks.get_plugin_manager().hook.before_manifest_written(
+                dataset=dataset, manifest=manifest
+            )
+        else:
+            if not supports_persistence(backend_cls):
+                raise SchemaError(
+                    f"backend {name!r} cannot store a dataset at a path; leave out path= or "
+                    "choose a persistent backend such as 'zarr' or 'npz_directory'"
+                )
+            dataset = cls._create_at(
+                location.normalize(path), backend_cls, backend_options, manifest
+            )
         hooks.get_plugin_manager().hook.after_dataset_created(dataset=dataset)
         return dataset
+
+    @classmethod
+    def _create_at(
+        cls,
+        folder: str,
+        backend_cls: type[StorageBackend],
+        options: BaseModel,
+        manifest: Manifest,
+    ) -> Dataset:
+        target = Path(folder)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            what = "a dataset" if (target / location.MANIFEST_NAME).exists() else "files"
+            raise DatasetStateError(
+                f"cannot create a dataset at {folder!r}: it already holds {what}. Open it "
+                "with Dataset.open(path), or choose a new path"
+            )
+        target.mkdir(parents=True, exist_ok=True)
+        lock = location.WriterLock(target)
+        lock.acquire()
+        try:
+            store = backend_cls.create(manifest.schema, folder, options)
+            dataset = cls(store, manifest, lock=lock)
+            hooks.get_plugin_manager().hook.before_manifest_written(
+                dataset=dataset, manifest=manifest
+            )
+            # the manifest comes last: a folder without one is an interrupted creation
+            location.write_atomic(target / location.MANIFEST_NAME, manifest.to_json().encode())
+        except BaseException:
+            lock.release()
+            raise
+        return dataset
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], *, read_only: bool = False, **options: Any
+    ) -> Dataset:
+        """Open a stored dataset; the backend comes from its ``manifest.json``.
+
+        Readers never block: any number of processes can open and read a dataset. The
+        writer lock is taken at the first write, and refused while another process
+        writes. ``read_only=True`` forbids writes. ``options`` override the backend
+        options stored at creation (e.g. cache sizes).
+        """
+        folder = location.normalize(path)
+        manifest = read_manifest(folder)
+        backend_cls = registry.get_backend(manifest.backend)
+        if not supports_persistence(backend_cls):
+            raise SchemaError(
+                f"{folder!r}: backend {manifest.backend!r} cannot open stored datasets"
+            )
+        opts = backend_cls.Options(**{**manifest.backend_options, **options})
+        store = backend_cls.open(folder, opts, writable=False)  # type: ignore[attr-defined]
+        return cls(store, manifest, read_only=read_only)
 
     @classmethod
     def from_episodes(
@@ -113,7 +209,7 @@ class Dataset:
         if schema is None:
             if first is None:
                 raise SchemaError("from_episodes: no episodes to infer a schema from; pass schema=")
-            schema = DatasetSchema.infer(first)
+            schema = DatasetSchema.infer(first, alignment=alignment)
         dataset = cls.create(schema, path, backend=backend, metadata=metadata, **options)
         if first is not None:
             dataset.add_episode(first, alignment=alignment)
@@ -137,6 +233,16 @@ class Dataset:
     def backend(self) -> StorageBackend:
         """The backend instance that stores the rows."""
         return self._backend
+
+    @property
+    def location(self) -> str | None:
+        """The dataset folder, or ``None`` for an in-memory dataset."""
+        return cast("str | None", getattr(self._backend, "location", None))
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused."""
+        return self._read_only
 
     @property
     def num_episodes(self) -> int:
@@ -173,6 +279,112 @@ class Dataset:
             raise IndexError(f"episode {index} does not exist (the dataset has {count} episodes)")
         return Episode(self, position)
 
+    # -- sampling -------------------------------------------------------------------------
+
+    def segments(
+        self,
+        sequence_length: int | None = None,
+        *,
+        context_length: int | None = None,
+        target_length: int | None = None,
+        fields: str | Iterable[str] | None = None,
+        filter: EpisodeFilter | None = None,
+        pad: Pad = "suffix",
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> SegmentDataset:
+        """Every window of L transitions as a map-style dataset for a DataLoader.
+
+        ``len`` counts windows; ``[i]`` is a :class:`Segment`; ``__getitems__`` reads a
+        whole loader batch at once and ``collate`` passes it through as a
+        :class:`Batch` (``obs`` ``[B, L, ...]``, ``mask`` ``[B, L]``). ``rank`` and
+        ``world_size`` give each distributed process a disjoint shard.
+        """
+        spec = WindowSpec.from_lengths(sequence_length, context_length, target_length)
+        return SegmentDataset(
+            self,
+            spec,
+            fields=self._field_keys(fields),
+            filter=filter,
+            pad=check_pad(pad),
+            rank=rank,
+            world_size=world_size,
+        )
+
+    def segment_stream(
+        self,
+        sequence_length: int | None = None,
+        *,
+        context_length: int | None = None,
+        target_length: int | None = None,
+        batch_size: int = 64,
+        seed: int | None = None,
+        shuffle: bool = True,
+        filter: EpisodeFilter | None = None,
+        pad: Pad = "suffix",
+        sampler: Any = None,
+        fields: str | Iterable[str] | None = None,
+        prefetch: int = 2,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> SegmentStream:
+        """Batches of segments: infinite and sampled, or one ordered pass.
+
+        ``shuffle=True``: each batch draws ``batch_size`` windows with the sampler
+        (``"uniform"`` over windows with replacement by default; a registered name or
+        any object with ``sample(index, batch_size)``). ``shuffle=False``: every window
+        exactly once, in order. Short episodes give one zero-padded window
+        (``pad="suffix"`` or ``"prefix"``; ``None`` skips them) and ``batch.mask``
+        marks real transitions. With ``context_length`` and ``target_length``,
+        ``batch.context`` and ``batch.target`` split each window and share its boundary
+        row.
+        """
+        spec = WindowSpec.from_lengths(sequence_length, context_length, target_length)
+        return SegmentStream(
+            self,
+            spec,
+            batch_size=batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            filter=filter,
+            pad=check_pad(pad),
+            sampler=sampler,
+            fields=self._field_keys(fields),
+            prefetch=prefetch,
+            rank=rank,
+            world_size=world_size,
+        )
+
+    def sample_transitions(
+        self,
+        batch_size: int,
+        *,
+        seed: int | None = None,
+        fields: str | Iterable[str] | None = None,
+        filter: EpisodeFilter | None = None,
+    ) -> Transition:
+        """``batch_size`` transitions drawn uniformly, with the time axis removed.
+
+        ``obs`` is ``[B, ...]`` and ``next_obs`` ``[B, ...]``, both views of one
+        ``[B, 2, ...]`` buffer. Never a padded transition. The transition index is kept
+        between calls and only catches up with new episodes.
+        """
+        index = self._transition_indexes.get(id(filter))
+        if index is None or index._filter is not filter:
+            index = SegmentIndex(self, 1, pad=None, filter=filter)
+            self._transition_indexes[id(filter)] = index
+        else:
+            index.refresh()
+        if not len(index):
+            raise SchemaError(f"sample_transitions: nothing to sample: {index.describe_empty()}")
+        rng = self._rng if seed is None else np.random.default_rng(seed)
+        positions = rng.integers(len(index), size=int(batch_size), dtype=np.int64)
+        episodes, starts = index.locate(positions)
+        return read_transitions(self, episodes, starts, self._field_keys(fields))
+
+    def _field_keys(self, fields: str | Iterable[str] | None) -> tuple[str, ...]:
+        return tuple(spec.qualified_key for spec in self.schema.resolve(fields))
+
     # -- writes ---------------------------------------------------------------------------
 
     def add_episode(self, episode: Mapping[str, Any], *, alignment: Alignment | None = None) -> int:
@@ -184,6 +396,7 @@ class Dataset:
         optional ``final_observation``. ``terminated``/``truncated`` are scalars or
         per-step flags. Everything is validated before anything is written.
         """
+        self._prepare_write()
         where = f"episode {self.num_episodes}"
         split = split_episode(episode, self.schema, alignment=alignment, where=where)
         rows = to_rows(split, self.schema, where=where)
@@ -197,10 +410,12 @@ class Dataset:
         self, observation: Any, infos: Mapping[str, Any] | None = None
     ) -> EpisodeWriter:
         """Start an episode at its reset observation; returns its step writer."""
+        self._prepare_write()
         return EpisodeWriter.start(self, observation, infos)
 
     def new_action_out_episode(self) -> ActionOutEpisodeWriter:
         """A writer for recorders that log the action taken *at* each observation."""
+        self._prepare_write()
         return ActionOutEpisodeWriter(self)
 
     def new_vector_episodes(
@@ -214,10 +429,12 @@ class Dataset:
 
         ``observations`` is what ``envs.reset()`` returned (``[N, ...]`` per field).
         """
+        self._prepare_write()
         return VectorEpisodeWriter(self, observations, infos, autoreset_mode=autoreset_mode)
 
     def resume_episode(self, index: int) -> EpisodeWriter:
         """The writer of an ongoing episode, to continue adding steps."""
+        self._prepare_write()
         episode = self.episode(index)
         if not episode.ongoing:
             raise DatasetStateError(
@@ -229,11 +446,117 @@ class Dataset:
     def _after_episode_written(self, index: int) -> None:
         hooks.get_plugin_manager().hook.after_episode_written(dataset=self, episode=index)
 
+    def _prepare_write(self) -> None:
+        """Refuse writes to read-only datasets; take the writer lock on the first write."""
+        if self._read_only:
+            raise DatasetStateError(
+                f"{self.location!r} was opened with read_only=True; open it again without "
+                "it to write"
+            )
+        folder = self.location
+        if folder is None or self._lock is not None:
+            return
+        lock = location.WriterLock(folder)
+        lock.acquire()
+        # reopen writable: the backend recovers from a crashed writer before appending
+        backend_cls = type(self._backend)
+        options = self._backend_options()
+        self._backend.close()
+        try:
+            self._backend = backend_cls.open(folder, options, writable=True)  # type: ignore[attr-defined]
+        except BaseException:
+            lock.release()
+            self._backend = backend_cls.open(folder, options, writable=False)  # type: ignore[attr-defined]
+            raise
+        self._lock = lock
+
+    def _backend_options(self) -> BaseModel:
+        backend_cls = type(self._backend)
+        return backend_cls.Options(**self._manifest.backend_options)
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make every row written so far durable, ongoing episodes included.
+
+        Finalized episodes are durable as soon as they are written; this covers the rest.
+        A no-op for backends that keep nothing on disk.
+        """
+        if isinstance(self._backend, SupportsFlush):
+            self._backend.flush()
+
+    def refresh(self) -> None:
+        """See episodes that another process wrote since this dataset was opened."""
+        refresh = getattr(self._backend, "refresh", None)
+        if refresh is not None:
+            refresh()
+
+    def copy_to(
+        self,
+        path: str | os.PathLike[str] | None,
+        *,
+        backend: str | None = None,
+        progress: bool = False,
+        **options: Any,
+    ) -> Dataset:
+        """Copy every episode to a new dataset, possibly on another backend.
+
+        Episode ids, flags and ongoing state are kept; reads of the copy equal reads of
+        the original. Episodes stream one at a time, so memory stays bounded by the
+        largest episode.
+        """
+        target = Dataset.create(
+            self.schema, path, backend=backend, metadata=self._manifest.metadata, **options
+        )
+        table = self._backend.episode_table()
+        count = len(table)
+        keys = self.schema.qualified_keys
+        for index in _progress(range(count), enabled=progress, what="episodes"):
+            fields = [key for key in keys if key not in table.present or table.present[key][index]]
+            rows = self._backend.read_rows(index, 0, int(table.length[index]) + 1, fields)
+            if table.ongoing[index]:
+                copied = target._backend.start_episode(rows)
+            else:
+                copied = target._backend.add_episode(
+                    rows,
+                    terminated=bool(table.terminated[index]),
+                    truncated=bool(table.truncated[index]),
+                )
+            assert copied == index, "episode ids are kept by copying in order"
+        target.flush()
+        return target
+
+    def reopen_for_reading(self) -> Dataset:
+        """A fresh read-only handle on the same stored dataset (itself when in memory)."""
+        folder = self.location
+        if folder is None:
+            return self
+        return Dataset.open(folder, read_only=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # stored datasets travel as their location and reopen read-only on arrival;
+        # memory datasets travel whole (DataLoader workers under fork never pickle)
+        folder = self.location
+        if folder is not None:
+            return {"location": folder}
+        return {"backend": self._backend, "manifest": self._manifest}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "location" in state:
+            opened = Dataset.open(state["location"], read_only=True)
+            self.__dict__.update(opened.__dict__)
+        else:
+            self.__init__(state["backend"], state["manifest"])  # type: ignore[misc]
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the backend; ongoing episodes stay ongoing."""
+        """Release the backend and the writer lock; ongoing episodes stay ongoing."""
+        self.flush()
         self._backend.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         hooks.get_plugin_manager().hook.after_dataset_closed(dataset=self)
 
     def __enter__(self) -> Self:
@@ -241,6 +564,47 @@ class Dataset:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_manifest(folder: str) -> Manifest:
+    """Read and validate ``manifest.json`` of a dataset folder, with errors that say why."""
+    path = Path(folder) / location.MANIFEST_NAME
+    if not path.is_file():
+        hint = (
+            "the folder exists but has no manifest: a creation was interrupted or it is not "
+            "an episodata dataset"
+            if Path(folder).is_dir()
+            else "there is no such folder"
+        )
+        raise DatasetStateError(f"cannot open {folder!r}: {hint}")
+    text = path.read_bytes()
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SchemaError(f"{str(path)!r} is not valid JSON ({err}); the file is damaged") from err
+    version = document.get("format_version") if isinstance(document, dict) else None
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise SchemaError(
+            f"{str(path)!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
+            f"episodata ({__version__}) reads; upgrade episodata"
+        )
+    try:
+        return Manifest.model_validate(document)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
+        )
+        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
+
+
+def _progress(items: range, *, enabled: bool, what: str) -> Iterable[int]:
+    if not enabled:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return items
+    return cast("Iterable[int]", tqdm(items, unit=what.rstrip("s"), desc=f"copying {what}"))
 
 
 class Episode:
@@ -343,15 +707,10 @@ def _episode_flags(count: int, reaches_end: bool, terminated: bool, truncated: b
     return Flags(term, trunc, np.ones(count, dtype=bool))
 
 
-def _version(distribution: str) -> str:
-    try:
-        return importlib_metadata.version(distribution)
-    except importlib_metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _plugin_version(plugin: type, role: str) -> PluginVersion:
-    module = plugin.__module__.split(".")[0]
-    distributions = importlib_metadata.packages_distributions().get(module, [])
-    name = distributions[0] if distributions else module
-    return PluginVersion(distribution=name, version=_version(name), role=role)
+def _plugin_version(kind: PluginKind, name: str) -> PluginVersion:
+    for info in registry.list_plugins(kind):
+        if info.name == name and info.distribution is not None:
+            return PluginVersion(
+                distribution=info.distribution, version=info.version or "", role=kind
+            )
+    return PluginVersion(distribution="(registered at runtime)", version="", role=kind)

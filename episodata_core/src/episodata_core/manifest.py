@@ -52,6 +52,9 @@ class Manifest(BaseModel):
         default=FORMAT_VERSION, description="Version of this document's layout."
     )
     backend: str = Field(description="Registered name of the backend that stores the data.")
+    backend_options: dict[str, Any] = Field(
+        default_factory=dict, description="The backend's options at creation (its Options)."
+    )
     schema_: DatasetSchema = Field(alias="schema", description="The dataset schema.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Free-form, JSON-serializable dataset metadata."

@@ -152,7 +152,6 @@ def split_episode(
     if not isinstance(episode, Mapping):
         raise SchemaError(f"{where}: expected a dict of arrays, got {type(episode).__name__}")
     data = canonical_keys(episode, list(_ALIASES), where)
-    alignment = _alignment(data, alignment, where)
     if "observations" not in data:
         raise SchemaError(f"{where}: 'observations' is missing")
 
@@ -161,7 +160,10 @@ def split_episode(
         for canonical in ("observations", "actions", "rewards", "infos")
         if canonical in data
     }
-    num_entries = _common_length(per_step, where)
+    # lengths before alignment: one observation more than actions usually means the reset
+    # observation was left in 'observations', and the length error says what to do
+    num_entries = _common_length(per_step, where, _extra_observation_hint(data))
+    alignment = _alignment(data, alignment, where)
     split = SplitEpisode()
     if alignment == "action-in":
         _check_absent(data, ("final_observation", "final_info"), "action-in", where)
@@ -242,7 +244,19 @@ def _arrays(flat: Mapping[str, Any]) -> dict[str, npt.NDArray[Any]]:
     return {key: np.asarray(value) for key, value in flat.items()}
 
 
-def _common_length(per_step: Mapping[str, Mapping[str, npt.NDArray[Any]]], where: str) -> int:
+def _extra_observation_hint(data: Mapping[str, Any]) -> str:
+    """What to do when 'observations' has one entry more than the actions."""
+    for key, which in (("initial_observation", "reset"), ("final_observation", "last")):
+        if key in data:
+            return (
+                f" {key!r} already holds the {which} observation: leave it out of 'observations'."
+            )
+    return " Pass the reset observation as 'initial_observation'."
+
+
+def _common_length(
+    per_step: Mapping[str, Mapping[str, npt.NDArray[Any]]], where: str, extra_hint: str
+) -> int:
     reference: tuple[str, int] | None = None
     # actions decide T when present: a length error then points at the observations
     for canonical in ("actions", "observations", "rewards", "infos"):
@@ -256,7 +270,7 @@ def _common_length(per_step: Mapping[str, Mapping[str, npt.NDArray[Any]]], where
                 reference = (name, int(array.shape[0]))
             elif array.shape[0] != reference[1]:
                 hint = (
-                    " Pass the reset observation as 'initial_observation'."
+                    extra_hint
                     if canonical == "observations" and array.shape[0] == reference[1] + 1
                     else ""
                 )

@@ -37,6 +37,8 @@ __all__ = [
     "StorageBackend",
     "SupportsFlush",
     "SupportsPersistence",
+    "SupportsVerify",
+    "supports_persistence",
 ]
 
 Rows = Mapping[str, npt.NDArray[Any]]
@@ -155,19 +157,43 @@ class SupportsFlush(Protocol):
         ...
 
 
-@runtime_checkable
 class SupportsPersistence(Protocol):
-    """A backend that stores datasets at a location and opens them again."""
+    """A backend that stores datasets in a folder and opens them again.
+
+    The core owns the folder's ``manifest.json`` and writer lock; ``create`` receives an
+    empty folder that already exists, and writes only backend files inside it. A
+    backend opened with ``writable=False`` never changes a file, so any number of
+    readers can open a dataset while one writer appends. Checked with
+    :func:`supports_persistence`, since ``isinstance`` cannot see classmethods.
+    """
 
     @classmethod
-    def open(cls, location: str, options: BaseModel) -> Self:
-        """Open the dataset stored at ``location``."""
+    def open(cls, location: str, options: BaseModel, *, writable: bool) -> Self:
+        """Open the dataset at ``location``; a writable open recovers after a crash."""
         ...
 
     @property
     def location(self) -> str:
-        """Where the dataset lives (a path today, possibly a URL later)."""
+        """The dataset folder."""
         ...
+
+    def refresh(self) -> None:
+        """Re-read the committed index to see episodes other processes added."""
+        ...
+
+
+@runtime_checkable
+class SupportsVerify(Protocol):
+    """A backend that can check its stored data against checksums taken at write time."""
+
+    def verify(self) -> list[str]:
+        """Describe every damaged file, chunk or episode; empty when all is intact."""
+        ...
+
+
+def supports_persistence(backend: object) -> bool:
+    """Whether a backend class or instance implements :class:`SupportsPersistence`."""
+    return all(callable(getattr(backend, name, None)) for name in ("open", "refresh"))
 
 
 class Sampler(Protocol):

@@ -11,12 +11,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from episodata_core.errors import FieldNotFoundError, SchemaError
 
 if TYPE_CHECKING:
     from typing import Self
+
+    from episodata_core.normalize import Alignment
 
 __all__ = ["ROLES", "DatasetSchema", "FieldSpec", "Role"]
 
@@ -24,6 +26,19 @@ Role = Literal["observation", "action", "reward", "info"]
 ROLES: tuple[Role, ...] = get_args(Role)
 
 _IMAGE_CHANNELS = (1, 3, 4)
+
+
+def _declaration_error(what: str, err: ValidationError) -> SchemaError:
+    # users call FieldSpec(...) and DatasetSchema(...) directly: raise the library's own
+    # SchemaError (still a ValueError) with one line per problem instead of pydantic's report
+    problems = []
+    for error in err.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] != "value_error" and error["loc"]:
+            message += f" (got {error['input']!r})"
+        where = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{where}: {message}" if where else message)
+    return SchemaError(f"invalid {what}: {'; '.join(problems)}")
 
 
 def _normalize_dtype(value: Any) -> str:
@@ -74,7 +89,10 @@ class FieldSpec(BaseModel):
             if "key" in data:
                 raise TypeError("FieldSpec got the key both positionally and as key=")
             data["key"] = key
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise _declaration_error(f"FieldSpec {data.get('key')!r}", err) from err
 
     @field_validator("key")
     @classmethod
@@ -147,7 +165,10 @@ class DatasetSchema(BaseModel):
             if "fields" in data:
                 raise TypeError("DatasetSchema got fields both positionally and as fields=")
             data["fields"] = tuple(fields)
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise _declaration_error("DatasetSchema", err) from err
 
     @model_validator(mode="after")
     def _check_unique(self) -> Self:
@@ -255,15 +276,18 @@ class DatasetSchema(BaseModel):
     # -- inference -----------------------------------------------------------------------
 
     @classmethod
-    def infer(cls, episode: Mapping[str, Any]) -> DatasetSchema:
+    def infer(
+        cls, episode: Mapping[str, Any], *, alignment: Alignment | None = None
+    ) -> DatasetSchema:
         """Infer a schema from one bulk episode dict (action-in or action-out).
 
         Dtypes are kept as given. ``uint8`` arrays shaped like images (``[C, H, W]`` or
         ``[H, W, C]`` with 1, 3 or 4 channels) get ``layout`` and ``0..255`` bounds.
+        ``alignment`` is passed on as in :meth:`Dataset.add_episode`.
         """
         from episodata_core.normalize import split_episode
 
-        split = split_episode(episode, schema=None)
+        split = split_episode(episode, schema=None, alignment=alignment)
         specs: list[FieldSpec] = []
         for role, fields in split.fields_by_role().items():
             for key, array in fields.items():

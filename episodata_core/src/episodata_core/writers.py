@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["ActionOutEpisodeWriter", "AutoresetMode", "EpisodeWriter", "VectorEpisodeWriter"]
 
 AutoresetMode = Literal["next_step", "same_step"]
+_GYM_AUTORESET: dict[str, AutoresetMode] = {"NextStep": "next_step", "SameStep": "same_step"}
 
 _STEP_ROLES: tuple[tuple[str, Role], ...] = (
     ("observations", "observation"),
@@ -347,6 +348,10 @@ class VectorEpisodeWriter:
         *,
         autoreset_mode: AutoresetMode = "next_step",
     ) -> None:
+        # Gymnasium's own AutoresetMode enum (envs.metadata["autoreset_mode"]) works too
+        autoreset_mode = _GYM_AUTORESET.get(
+            str(getattr(autoreset_mode, "value", "")), autoreset_mode
+        )
         if autoreset_mode not in ("next_step", "same_step"):
             raise SchemaError(
                 f"autoreset_mode must be 'next_step' or 'same_step', got {autoreset_mode!r}; "
@@ -355,6 +360,7 @@ class VectorEpisodeWriter:
         self._dataset = dataset
         self._mode = autoreset_mode
         self._num_envs = _batch_size(observations)
+        _check_sub_envs(observations, "observations", self._num_envs, "vector reset")
         resets = [
             self._prepare_reset(_env_slice(observations, i), self._env_infos(infos, i), i)
             for i in range(self._num_envs)
@@ -374,9 +380,10 @@ class VectorEpisodeWriter:
     def _env_infos(self, infos: Mapping[str, Any] | None, i: int) -> dict[str, Any] | None:
         if not infos or not self._dataset.schema.by_role("info"):
             return None
-        # Gymnasium marks which sub-envs set an info key with a '_key' boolean array
+        # Gymnasium marks which sub-envs set an info key with a '_key' boolean array,
+        # at every level of nested info dicts
         return {
-            key: _env_slice(value, i)
+            key: _env_slice(_without_masks(value), i)
             for key, value in infos.items()
             if not key.startswith("_") and key not in ("final_obs", "final_info")
         }
@@ -395,6 +402,9 @@ class VectorEpisodeWriter:
         data = split_step(step, "vector step")
         if data.get("observations") is None:
             raise SchemaError("vector step: 'observations' is missing")
+        for key in ("observations", "actions", "rewards"):
+            if key in data:
+                _check_sub_envs(data[key], key, self._num_envs, "vector step")
         flags = {name: self._flags(data, name) for name in ("terminated", "truncated")}
         infos = data.get("infos")
         plans = [self._plan(i, data, flags, infos) for i in range(self._num_envs)]
@@ -458,6 +468,22 @@ class VectorEpisodeWriter:
         self._writers = [None] * self._num_envs
 
 
+def _check_sub_envs(value: Any, name: str, num_envs: int, where: str) -> None:
+    # slicing sub-env i out of a shorter array fails with a bare IndexError, and out of a
+    # longer one silently drops the extra entries
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_sub_envs(item, f"{name}/{key}", num_envs, where)
+        return
+    shape = np.shape(value)
+    if not shape or shape[0] != num_envs:
+        got = shape[0] if shape else "a scalar"
+        raise SchemaError(
+            f"{where}, {name!r}: expected one entry per sub-env ({num_envs} sub-envs), "
+            f"got {got} (shape {shape})"
+        )
+
+
 def _batch_size(observations: Any) -> int:
     if isinstance(observations, Mapping):
         return _batch_size(next(iter(observations.values())))
@@ -465,6 +491,12 @@ def _batch_size(observations: Any) -> int:
     if array.ndim == 0:
         raise SchemaError("vector writer: observations need a leading sub-env axis [N, ...]")
     return int(array.shape[0])
+
+
+def _without_masks(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_masks(v) for k, v in value.items() if not str(k).startswith("_")}
+    return value
 
 
 def _env_slice(value: Any, i: int) -> Any:

@@ -5,6 +5,11 @@ Needs pytest (``pip install "episodata-core[testing]"``). See ``BackendTests``.
 
 from __future__ import annotations
 
-from episodata_core.testing.backend import BackendTests, example_rows, example_schema
+from episodata_core.testing.backend import (
+    BackendTests,
+    PersistentBackendTests,
+    example_rows,
+    example_schema,
+)
 
-__all__ = ["BackendTests", "example_rows", "example_schema"]
+__all__ = ["BackendTests", "PersistentBackendTests", "example_rows", "example_schema"]

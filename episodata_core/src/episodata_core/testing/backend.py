@@ -15,12 +15,20 @@ The expected values in these tests come from the episodes the tests themselves b
 
 from __future__ import annotations
 
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import pytest
 
 from episodata_core.dataset import Dataset
+from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.protocols import GatherRequest, StorageBackend
 from episodata_core.registry import get_backend
 from episodata_core.schema import DatasetSchema, FieldSpec
@@ -31,7 +39,7 @@ if TYPE_CHECKING:
 
     from episodata_core.protocols import Rows
 
-__all__ = ["BackendTests", "example_rows", "example_schema"]
+__all__ = ["BackendTests", "PersistentBackendTests", "example_rows", "example_schema"]
 
 B = TypeVar("B", bound=StorageBackend)
 
@@ -355,3 +363,267 @@ class BackendTests(Generic[B]):
         assert segment.terminated.tolist() == [False, False, True]
         assert np.shares_memory(segment.obs.state, segment.next_obs.state)
         dataset.close()
+
+
+class PersistentBackendTests(BackendTests[B]):
+    """:class:`BackendTests` plus persistence, recovery and concurrency.
+
+    Subclasses provide the ``location`` fixture (a path that does not exist yet).
+    """
+
+    @pytest.fixture
+    def location(self, tmp_path: Path) -> str | None:
+        """A fresh dataset folder inside pytest's temporary directory."""
+        return str(tmp_path / "dataset")
+
+    def open_dataset(self, location: str | None, **kwargs: Any) -> Dataset:
+        """Open the dataset at ``location`` through the public API."""
+        assert location is not None
+        return Dataset.open(location, **kwargs)
+
+    def _write(self, dataset: Dataset, seed: int, steps: int, *, finalize: bool = True) -> Rows:
+        rows = example_rows(dataset.schema, steps + 1, seed=seed)
+        if finalize:
+            dataset.backend.add_episode(rows, terminated=seed % 2 == 0, truncated=seed % 2 == 1)
+        else:
+            dataset.backend.start_episode(rows)
+        return rows
+
+    def test_manifest_names_the_backend(self, location: str | None, schema: DatasetSchema) -> None:
+        dataset = Dataset.create(schema, location, backend=self.backend_cls.name)
+        dataset.close()
+        assert location is not None
+        manifest = json.loads((Path(location) / "manifest.json").read_text())
+        assert manifest["backend"] == self.backend_cls.name
+        assert DatasetSchema.model_validate(manifest["schema"]) == schema
+
+    def test_reopen_reads_identical(self, location: str | None, schema: DatasetSchema) -> None:
+        dataset = Dataset.create(schema, location, backend=self.backend_cls.name)
+        expected = [self._write(dataset, seed, steps) for seed, steps in enumerate((5, 0, 9))]
+        dataset.close()
+        reopened = self.open_dataset(location, read_only=True)
+        table = reopened.backend.episode_table()
+        assert table.length.tolist() == [5, 0, 9]
+        assert table.terminated.tolist() == [True, False, True]
+        assert table.truncated.tolist() == [False, True, False]
+        assert table.ongoing.tolist() == [False, False, False]
+        for episode, rows in enumerate(expected):
+            self.assert_episode(reopened.backend, episode, rows)  # type: ignore[arg-type]
+        reopened.close()
+
+    def test_finalized_episode_durable_without_close(
+        self, location: str | None, schema: DatasetSchema
+    ) -> None:
+        writer = Dataset.create(schema, location, backend=self.backend_cls.name)
+        rows = self._write(writer, 3, 6)
+        # a second process would see exactly this: the writer never closed
+        reader = self.open_dataset(location, read_only=True)
+        assert reader.backend.episode_table().length.tolist() == [6]
+        self.assert_episode(reader.backend, 0, rows)  # type: ignore[arg-type]
+        reader.close()
+        writer.close()
+
+    def test_ongoing_episode_survives_reopen_after_flush(
+        self, location: str | None, schema: DatasetSchema
+    ) -> None:
+        dataset = Dataset.create(schema, location, backend=self.backend_cls.name)
+        finished = self._write(dataset, 0, 4)
+        rows = example_rows(schema, 9, seed=1)
+        episode = dataset.backend.start_episode({k: v[:3] for k, v in rows.items()})
+        dataset.backend.append_rows(episode, {k: v[3:6] for k, v in rows.items()})
+        dataset.flush()
+        # rows after the flush are not durable yet; a reader sees the flushed state only
+        dataset.backend.append_rows(episode, {k: v[6:8] for k, v in rows.items()})
+        reader = self.open_dataset(location, read_only=True)
+        table = reader.backend.episode_table()
+        assert table.ongoing.tolist() == [False, True]
+        assert table.length.tolist() == [4, 5]
+        self.assert_episode(reader.backend, 0, finished)  # type: ignore[arg-type]
+        self.assert_episode(reader.backend, 1, {k: v[:6] for k, v in rows.items()})  # type: ignore[arg-type]
+        reader.close()
+        dataset.close()  # close flushes
+        reopened = self.open_dataset(location)
+        self.assert_episode(reopened.backend, 1, {k: v[:8] for k, v in rows.items()})  # type: ignore[arg-type]
+        writer = reopened.resume_episode(1)
+        reopened.backend.append_rows(writer.episode, {k: v[8:] for k, v in rows.items()})
+        writer.end(terminated=True)
+        assert reopened.backend.episode_table().ongoing.tolist() == [False, False]
+        self.assert_episode(reopened.backend, 1, rows)  # type: ignore[arg-type]
+        reopened.close()
+
+    def test_reader_sees_new_episodes_after_refresh(
+        self, location: str | None, schema: DatasetSchema
+    ) -> None:
+        writer = Dataset.create(schema, location, backend=self.backend_cls.name)
+        self._write(writer, 0, 3)
+        reader = self.open_dataset(location, read_only=True)
+        assert reader.num_episodes == 1
+        added = self._write(writer, 1, 7)
+        reader.refresh()
+        assert reader.num_episodes == 2
+        self.assert_episode(reader.backend, 1, added)  # type: ignore[arg-type]
+        reader.close()
+        writer.close()
+
+    def test_second_writer_is_refused(self, location: str | None, schema: DatasetSchema) -> None:
+        writer = Dataset.create(schema, location, backend=self.backend_cls.name)
+        other = self.open_dataset(location)
+        with pytest.raises(DatasetStateError, match="another process"):
+            other.add_episode(_bulk_episode(schema, 2, seed=0))
+        assert other.num_episodes == 0
+        other.close()
+        writer.close()
+        # once the first writer is gone, a new one may write
+        again = self.open_dataset(location)
+        again.add_episode(_bulk_episode(schema, 2, seed=0))
+        assert again.num_episodes == 1
+        again.close()
+
+    def test_create_over_existing_is_refused(
+        self, location: str | None, schema: DatasetSchema
+    ) -> None:
+        Dataset.create(schema, location, backend=self.backend_cls.name).close()
+        with pytest.raises(DatasetStateError, match="already holds a dataset"):
+            Dataset.create(schema, location, backend=self.backend_cls.name)
+
+    def test_read_only_refuses_writes(self, location: str | None, schema: DatasetSchema) -> None:
+        Dataset.create(schema, location, backend=self.backend_cls.name).close()
+        reader = self.open_dataset(location, read_only=True)
+        with pytest.raises(DatasetStateError, match="read_only=True"):
+            reader.add_episode(_bulk_episode(schema, 2, seed=0))
+        reader.close()
+
+    def test_killed_writer_recovers(self, location: str | None, schema: DatasetSchema) -> None:
+        self._crash_trials(location, schema, trials=3)
+
+    @pytest.mark.slow
+    def test_killed_writer_recovers_soak(self, tmp_path: Path, schema: DatasetSchema) -> None:
+        for trial in range(50):
+            self._crash_trials(str(tmp_path / f"trial{trial}"), schema, trials=1, seed=trial)
+
+    def _crash_trials(
+        self, location: str | None, schema: DatasetSchema, *, trials: int, seed: int = 0
+    ) -> None:
+        """SIGKILL a writer process at random moments; every finalized episode survives."""
+        assert location is not None
+        Dataset.create(schema, location, backend=self.backend_cls.name).close()
+        rng = np.random.default_rng(seed)
+        for trial in range(trials):
+            before = self.open_dataset(location, read_only=True)
+            first = before.num_episodes
+            before.close()
+            process = subprocess.Popen(
+                [sys.executable, "-c", _CRASH_WRITER, location, str(first)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert process.stdout is not None
+            # wait until the writer is busy, then kill it somewhere in its work
+            assert process.stdout.readline().strip() == "ready", f"trial {trial}"
+            time.sleep(float(rng.uniform(0.0, 0.4)))
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            reopened = self.open_dataset(location)
+            table = reopened.backend.episode_table()
+            finalized = np.flatnonzero(~table.ongoing)
+            assert len(finalized) >= first, "a finalized episode was lost"
+            for episode in finalized:
+                expected = _crash_episode_rows(reopened.schema, int(episode))
+                self.assert_episode(reopened.backend, int(episode), expected)  # type: ignore[arg-type]
+            for episode in np.flatnonzero(table.ongoing):
+                # an ongoing episode is recovered to a prefix of what was written
+                expected = _crash_episode_rows(reopened.schema, int(episode))
+                n = int(table.length[episode]) + 1
+                self.assert_episode(
+                    reopened.backend,  # type: ignore[arg-type]
+                    int(episode),
+                    {k: v[:n] for k, v in expected.items()},
+                )
+                reopened.resume_episode(int(episode)).end(truncated=True)
+            reopened.close()
+
+    def test_verify_finds_a_flipped_byte(
+        self, location: str | None, schema: DatasetSchema, tmp_path: Path
+    ) -> None:
+        if not callable(getattr(self.backend_cls, "verify", None)):
+            pytest.skip(f"{self.backend_cls.__name__} has no verify()")
+        dataset = Dataset.create(schema, location, backend=self.backend_cls.name)
+        for seed in range(3):
+            self._write(dataset, seed, 20)
+        dataset.close()
+        assert location is not None
+        clean = self.open_dataset(location, read_only=True)
+        assert clean.backend.verify() == []  # type: ignore[attr-defined]
+        clean.close()
+        files = [
+            p
+            for p in sorted(Path(location).rglob("*"))
+            if p.is_file() and p.name not in ("manifest.json",) and not p.name.startswith(".")
+        ]
+        assert files
+        for file in files:
+            copy = tmp_path / f"damaged-{files.index(file)}"
+            shutil.copytree(location, copy)
+            damaged = copy / file.relative_to(location)
+            data = bytearray(damaged.read_bytes())
+            if not data:
+                continue
+            data[len(data) // 2] ^= 0xFF
+            damaged.write_bytes(bytes(data))
+            try:
+                opened = self.open_dataset(str(copy), read_only=True)
+            except EpisodataError as err:
+                # refusing to open is a fine report, as long as it says where the damage is
+                message = str(err)
+                assert damaged.name in message or damaged.parent.name in message, message
+                continue
+            problems = opened.backend.verify()  # type: ignore[attr-defined]
+            opened.close()
+            assert problems, f"a flipped byte in {file.name} went unnoticed"
+
+
+def _bulk_episode(schema: DatasetSchema, steps: int, seed: int) -> dict[str, Any]:
+    rows = example_rows(schema, steps + 1, seed=seed)
+    by_role: dict[str, dict[str, Any]] = {"observation": {}, "action": {}, "reward": {}, "info": {}}
+    for spec in schema:
+        by_role[spec.role][spec.key] = rows[spec.qualified_key]
+    obs, info = by_role["observation"], by_role["info"]
+    return {
+        "initial_observation": {k: v[0] for k, v in obs.items()},
+        "observations": {k: v[1:] for k, v in obs.items()},
+        "actions": {k: v[1:] for k, v in by_role["action"].items()},
+        "rewards": {k: v[1:] for k, v in by_role["reward"].items()},
+        "initial_info": {k: v[0] for k, v in info.items()},
+        "infos": {k: v[1:] for k, v in info.items()},
+    }
+
+
+def _crash_episode_rows(schema: DatasetSchema, episode: int) -> Rows:
+    return example_rows(schema, 5 + episode % 7, seed=1000 + episode)
+
+
+# The writer of the crash tests: appends episodes built from their id (so the parent can
+# rebuild every expected row), half of them step by step with flushes, until killed.
+_CRASH_WRITER = """
+import sys
+from episodata_core.dataset import Dataset
+from episodata_core.testing.backend import _crash_episode_rows
+
+dataset = Dataset.open(sys.argv[1])
+episode = int(sys.argv[2])
+print("ready", flush=True)
+while True:
+    rows = _crash_episode_rows(dataset.schema, episode)
+    if episode % 2:
+        dataset._prepare_write()
+        dataset.backend.add_episode(rows, terminated=True, truncated=False)
+    else:
+        dataset._prepare_write()
+        backend = dataset.backend
+        backend.start_episode({k: v[:2] for k, v in rows.items()})
+        for t in range(2, len(rows["observation/state"])):
+            backend.append_rows(episode, {k: v[t:t + 1] for k, v in rows.items()})
+            dataset.flush()
+        backend.finalize_episode(episode, terminated=False, truncated=True)
+    episode += 1
+"""

@@ -1,0 +1,146 @@
+"""Dataset locations: the one place where the core touches the filesystem.
+
+A location is a string so that object-store URLs can join later; today it is a local
+folder. Backends keep their own files inside it; the core owns ``manifest.json`` and the
+writer lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from episodata_core.errors import DatasetStateError, EpisodataError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = [
+    "LOCK_NAME",
+    "MANIFEST_NAME",
+    "WriterLock",
+    "fsync_directory",
+    "inside",
+    "normalize",
+    "write_atomic",
+    "write_json_atomic",
+]
+
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = ".episodata-writer.lock"
+
+
+def normalize(location: str | os.PathLike[str]) -> str:
+    """An absolute, user-expanded path string for ``location``."""
+    text = os.fspath(location)
+    if "://" in text:
+        raise EpisodataError(
+            f"location {text!r}: URLs are not supported yet; use a local folder path"
+        )
+    return str(Path(text).expanduser().absolute())
+
+
+def fsync_directory(path: str | os.PathLike[str]) -> None:
+    """Flush a directory entry (a rename or a new file) to disk."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
+
+    The bytes go to a temporary file in the same folder, which is fsynced and renamed
+    over the target; the folder is fsynced too so the rename survives a power loss.
+    """
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(temporary, target)
+    if durable:
+        fsync_directory(target.parent)
+
+
+def write_json_atomic(path: str | os.PathLike[str], document: Any, *, durable: bool = True) -> None:
+    """:func:`write_atomic` for a JSON document."""
+    write_atomic(path, json.dumps(document, indent=2).encode(), durable=durable)
+
+
+def inside(root: str | os.PathLike[str], relative: str) -> Path:
+    """``root / relative``, refusing paths that escape ``root`` (``..``, absolute, symlinks).
+
+    Use it for every path that comes from a file a stranger may have written.
+    """
+    base = Path(root).resolve()
+    candidate = (base / relative).resolve()
+    if Path(relative).is_absolute() or not candidate.is_relative_to(base):
+        raise EpisodataError(
+            f"path {relative!r} points outside the dataset folder {str(base)!r}; "
+            "the dataset may be malicious or damaged"
+        )
+    return candidate
+
+
+class WriterLock:
+    """An exclusive, advisory lock that one writing process holds on a dataset folder.
+
+    The operating system drops it when the process dies, even by SIGKILL, so a crashed
+    writer never leaves a stale lock behind.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self._path = Path(folder) / LOCK_NAME
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`DatasetStateError` if another writer has it."""
+        if self._fd is not None:
+            return
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DatasetStateError(
+                f"{str(self._path.parent)!r} is being written by another process (pid "
+                f"{holder}); one writer at a time. Open it with read_only=True to read"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Give the lock up (closing the file drops it)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()

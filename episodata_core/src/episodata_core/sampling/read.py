@@ -1,0 +1,113 @@
+"""Turn window positions into a :class:`~episodata_core.views.Batch` with one backend read.
+
+All bookkeeping is vectorized over the batch: a window's rows, padding and flags come
+from array arithmetic on the episode table, never from a loop per segment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from episodata_core.protocols import GatherRequest
+from episodata_core.views import Batch, Flags, Transition
+
+if TYPE_CHECKING:
+    from episodata_core.dataset import Dataset
+    from episodata_core.sampling.index import Pad
+
+__all__ = ["read_transitions", "read_windows"]
+
+
+def read_windows(
+    dataset: Dataset,
+    episodes: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    *,
+    length: int,
+    pad: Pad,
+    fields: tuple[str, ...],
+    split: int | None = None,
+) -> Batch:
+    """Read ``[B]`` windows of ``length`` transitions starting at ``starts`` (transitions).
+
+    Windows of episodes shorter than ``length`` are padded with zeros at the end
+    (``pad="suffix"``) or the beginning (``"prefix"``); ``mask`` marks real transitions.
+    """
+    with dataset._io_lock:
+        table = dataset.backend.episode_table()
+        lengths = table.length[episodes].astype(np.int64)
+        episode_flags = table_flags(dataset, episodes)
+    short = lengths < length
+    counts = np.where(short, lengths + 1, length + 1)
+    offsets = np.where(short, length - lengths, 0) if pad == "prefix" else np.zeros_like(counts)
+    request = GatherRequest(
+        episodes=episodes,
+        starts=starts,
+        counts=counts,
+        offsets=offsets,
+        num_rows=length + 1,
+        fields=fields,
+    )
+    with dataset._io_lock:
+        buffers = dataset.backend.gather_rows(request)
+    flags = _flags(episode_flags, offsets, counts - 1, starts, lengths, length)
+    return Batch(dataset.schema, buffers, flags, split=split)
+
+
+def table_flags(
+    dataset: Dataset, episodes: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Episode-level ``terminated`` and ``truncated`` of finalized episodes, else False."""
+    table = dataset.backend.episode_table()
+    finalized = ~np.asarray(table.ongoing[episodes], dtype=bool)
+    terminated = np.asarray(table.terminated[episodes], dtype=bool) & finalized
+    truncated = np.asarray(table.truncated[episodes], dtype=bool) & finalized
+    return terminated, truncated
+
+
+def _flags(
+    episode_flags: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
+    offsets: npt.NDArray[np.int64],
+    real: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    length: int,
+) -> Flags:
+    """Per-transition flags: True only on the episode's last transition, if in the window."""
+    steps = np.arange(length)
+    mask = (steps >= offsets[:, None]) & (steps < (offsets + real)[:, None])
+    last = offsets + real - 1  # the window's last real transition
+    reaches_end = (starts + real == lengths) & (real > 0)
+    terminated = np.zeros((len(starts), length), dtype=bool)
+    truncated = np.zeros((len(starts), length), dtype=bool)
+    rows = np.flatnonzero(reaches_end)
+    terminated[rows, last[rows]] = episode_flags[0][rows]
+    truncated[rows, last[rows]] = episode_flags[1][rows]
+    return Flags(terminated, truncated, mask)
+
+
+def read_transitions(
+    dataset: Dataset,
+    episodes: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    fields: tuple[str, ...],
+) -> Transition:
+    """Read ``[B]`` single transitions (time axis removed); never padded."""
+    batch = read_windows(dataset, episodes, starts, length=1, pad=None, fields=fields)
+    flags = Flags(batch.terminated[:, 0], batch.truncated[:, 0], batch.mask[:, 0])
+    return Transition(dataset.schema, batch.buffers, flags, batched=True)
+
+
+def stack_segments(segments: list[Any]) -> tuple[dict[str, npt.NDArray[Any]], Flags]:
+    """Stack single segments' buffers and flags along a new batch axis (copies)."""
+    keys = segments[0].buffers.keys()
+    buffers = {key: np.stack([s.buffers[key] for s in segments]) for key in keys}
+    flags = Flags(
+        np.stack([s.terminated for s in segments]),
+        np.stack([s.truncated for s in segments]),
+        np.stack([s.mask for s in segments]),
+    )
+    return buffers, flags

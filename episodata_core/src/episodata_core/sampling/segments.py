@@ -1,0 +1,123 @@
+"""``segments()``: every window as an indexable, map-style dataset for a DataLoader.
+
+``__getitems__`` turns a whole DataLoader batch of indices into one backend read, and
+:meth:`SegmentDataset.collate` passes that batch through. The object pickles by
+location for persistent datasets, and notices when it runs in a forked worker, so each
+worker opens its own backend handle; memory datasets are inherited through ``fork``
+without copies. The index is fixed between :meth:`SegmentDataset.refresh` calls, so a
+DataLoader sees a constant ``len``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from episodata_core.errors import SchemaError
+from episodata_core.sampling.index import EpisodeFilter, Pad, SegmentIndex, WindowSpec
+from episodata_core.sampling.read import read_windows, stack_segments
+from episodata_core.views import Batch, Segment
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from episodata_core.dataset import Dataset
+
+__all__ = ["SegmentDataset"]
+
+
+class SegmentDataset:
+    """Map-style view of every window: ``len``, ``[i]`` (a Segment) and batched reads."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        spec: WindowSpec,
+        *,
+        fields: tuple[str, ...],
+        filter: EpisodeFilter | None,
+        pad: Pad,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise SchemaError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        self._dataset = dataset
+        self._spec = spec
+        self._fields = fields
+        self._pad = pad
+        self._rank, self._world_size = rank, world_size
+        self._pid = os.getpid()
+        self.index = SegmentIndex(dataset, spec.length, pad=pad, filter=filter)
+
+    @property
+    def dataset(self) -> Dataset:
+        """The dataset, reopened once per process for persistent backends."""
+        if self._pid != os.getpid():
+            # a forked DataLoader worker: backend handles (files, thread pools) of the
+            # parent are not safe to share, so the worker opens its own
+            self._dataset = self._dataset.reopen_for_reading()
+            self.index._dataset = self._dataset
+            self._pid = os.getpid()
+        return self._dataset
+
+    def __len__(self) -> int:
+        return len(range(self._rank, len(self.index), self._world_size))
+
+    def _positions(self, indices: Sequence[int] | np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        array = np.asarray(indices, dtype=np.int64)
+        size = len(self)
+        if array.size and (array.min() < -size or array.max() >= size):
+            raise IndexError(f"segment index out of range for {size} segments")
+        array = np.where(array < 0, array + size, array)
+        return self._rank + array * self._world_size
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        """One backend read for a whole batch of segment indices."""
+        episodes, starts = self.index.locate(self._positions(indices))
+        return read_windows(
+            self.dataset,
+            episodes,
+            starts,
+            length=self._spec.length,
+            pad=self._pad,
+            fields=self._fields,
+            split=self._spec.split,
+        )
+
+    def __getitem__(self, i: int) -> Segment:
+        """Segment ``i``: ``[L + 1, ...]`` buffers without a batch axis."""
+        batch = self.__getitems__([i])
+        buffers = {key: value[0] for key, value in batch.buffers.items()}
+        flags = batch._flags.index(0)
+        return Segment(batch.schema, buffers, flags, split=self._spec.split)
+
+    def collate(self, items: Batch | Sequence[Segment]) -> Batch:
+        """``collate_fn`` for a DataLoader: a batch read passes through; segments stack."""
+        if isinstance(items, Batch):
+            return items
+        if not items:
+            raise SchemaError("collate: got no segments")
+        buffers, flags = stack_segments(list(items))
+        return Batch(self._dataset.schema, buffers, flags, split=self._spec.split)
+
+    def refresh(self) -> None:
+        """Include episodes written since this object was made (changes ``len``)."""
+        self.index.refresh()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_dataset"] = self._dataset.__getstate__()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from episodata_core.dataset import Dataset
+
+        dataset = Dataset.__new__(Dataset)
+        dataset.__setstate__(state.pop("_dataset"))
+        self.__dict__.update(state)
+        self._dataset = dataset
+        self._pid = os.getpid()
+        self.index._dataset = dataset

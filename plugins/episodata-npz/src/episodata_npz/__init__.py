@@ -1,0 +1,3 @@
+"""NPZ-directory storage backend. Work in progress."""
+
+from __future__ import annotations

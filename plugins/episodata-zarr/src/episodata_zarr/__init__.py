@@ -1,0 +1,3 @@
+"""Zarr v3 storage backend (TensorStore I/O). Work in progress."""
+
+from __future__ import annotations

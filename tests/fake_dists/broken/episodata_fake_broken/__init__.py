@@ -1,0 +1,3 @@
+"""Plugins that are installed but broken; the package itself imports fine."""
+
+from __future__ import annotations

@@ -1,0 +1,47 @@
+"""A distribution whose entry_points.txt lists one entry point twice."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+class TwiceBackend:
+    name: ClassVar[str] = "twice"
+    description: ClassVar[str] = "listed twice"
+
+    class Options(BaseModel):
+        pass
+
+    @classmethod
+    def create(cls, schema: Any, location: str | None, options: BaseModel) -> TwiceBackend:
+        return cls()
+
+    @property
+    def schema(self) -> Any:
+        raise NotImplementedError
+
+    def episode_table(self) -> Any:
+        raise NotImplementedError
+
+    def start_episode(self, rows: Any) -> int:
+        raise NotImplementedError
+
+    def append_rows(self, episode: int, rows: Any) -> None:
+        raise NotImplementedError
+
+    def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
+        raise NotImplementedError
+
+    def add_episode(self, rows: Any, *, terminated: bool, truncated: bool) -> int:
+        raise NotImplementedError
+
+    def read_rows(self, episode: int, start: int, stop: int, fields: Any) -> Any:
+        raise NotImplementedError
+
+    def gather_rows(self, request: Any) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
