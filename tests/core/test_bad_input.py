@@ -713,7 +713,7 @@ BULK_IN_CASES = [
             )
         ),
         SchemaError,
-        m(B, "observation field 'state': expected shape (5, 3), got (5, 4)"),
+        m(B, "observation field 'state': expected per-step shape (3,), got (4,)"),
     ),
     case(
         "add_episode-optional-field-on-some-steps",

@@ -406,6 +406,13 @@ def coerce(
     array = np.asarray(value)
     expected = (*leading, *spec.shape)
     if array.shape != expected:
+        if leading and array.shape[: len(leading)] == leading:
+            # the step count is right: talk about one step, not about stored rows
+            per_step = array.shape[len(leading) :]
+            raise SchemaError(
+                f"{where}, {spec.role} field {spec.key!r}: expected per-step shape "
+                f"{spec.shape}, got {per_step}{_shape_hint(per_step, spec.shape)}"
+            )
         raise SchemaError(
             f"{where}, {spec.role} field {spec.key!r}: expected shape {expected}, "
             f"got {array.shape}{_shape_hint(array.shape, expected)}"

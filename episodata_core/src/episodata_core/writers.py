@@ -217,8 +217,11 @@ class EpisodeWriter:
 
     def end(self, *, terminated: bool = False, truncated: bool = False) -> None:
         """Finalize the episode with the given flags (both False: it simply stopped)."""
-        self._where()
-        self._finalize(terminated=bool(terminated), truncated=bool(truncated))
+        where = self._where()
+        self._finalize(
+            terminated=_flag(terminated, "terminated", where),
+            truncated=_flag(truncated, "truncated", where),
+        )
 
     def _finalize(self, *, terminated: bool, truncated: bool) -> None:
         self._dataset.backend.finalize_episode(
