@@ -1,0 +1,10 @@
+"""PyTorch and TensorDict interop for episodata batches.
+
+``import episodata_torch`` does not import torch; the functions do, when called.
+"""
+
+from __future__ import annotations
+
+from episodata_torch._tensordict import batch_to_tensordict
+
+__all__ = ["batch_to_tensordict"]
