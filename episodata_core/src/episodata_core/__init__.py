@@ -11,10 +11,16 @@ from episodata_core.errors import (
     DatasetStateError,
     EpisodataDeprecationWarning,
     EpisodataError,
+    EpisodataImportWarning,
     EpisodataPluginWarning,
     EpisodataWarning,
     FieldNotFoundError,
+    FormatError,
+    IntegrityError,
     MissingDependencyError,
+    MissingFilterError,
+    NonFiniteError,
+    PartialFileError,
     PluginConflictError,
     PluginError,
     PluginNotFoundError,
@@ -22,6 +28,7 @@ from episodata_core.errors import (
 )
 from episodata_core.manifest import Manifest
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_core.transfer import ImportReport, export_datasets, import_dataset
 from episodata_core.views import Batch, FieldGroup, Segment, Transition
 from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, VectorEpisodeWriter
 
@@ -33,6 +40,7 @@ __all__ = [
     "DatasetStateError",
     "EpisodataDeprecationWarning",
     "EpisodataError",
+    "EpisodataImportWarning",
     "EpisodataPluginWarning",
     "EpisodataWarning",
     "Episode",
@@ -40,8 +48,14 @@ __all__ = [
     "FieldGroup",
     "FieldNotFoundError",
     "FieldSpec",
+    "FormatError",
+    "ImportReport",
+    "IntegrityError",
     "Manifest",
     "MissingDependencyError",
+    "MissingFilterError",
+    "NonFiniteError",
+    "PartialFileError",
     "PluginConflictError",
     "PluginError",
     "PluginNotFoundError",
@@ -50,4 +64,6 @@ __all__ = [
     "Transition",
     "VectorEpisodeWriter",
     "__version__",
+    "export_datasets",
+    "import_dataset",
 ]

@@ -446,6 +446,19 @@ class Dataset:
     def _after_episode_written(self, index: int) -> None:
         hooks.get_plugin_manager().hook.after_episode_written(dataset=self, episode=index)
 
+    def update_metadata(self, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into the dataset metadata and rewrite the manifest atomically."""
+        self._prepare_write()
+        self._manifest.metadata.update(values)
+        hooks.get_plugin_manager().hook.before_manifest_written(
+            dataset=self, manifest=self._manifest
+        )
+        folder = self.location
+        if folder is not None:
+            location.write_atomic(
+                Path(folder) / location.MANIFEST_NAME, self._manifest.to_json().encode()
+            )
+
     def _prepare_write(self) -> None:
         """Refuse writes to read-only datasets; take the writer lock on the first write."""
         if self._read_only:

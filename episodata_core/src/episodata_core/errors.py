@@ -10,10 +10,16 @@ __all__ = [
     "DatasetStateError",
     "EpisodataDeprecationWarning",
     "EpisodataError",
+    "EpisodataImportWarning",
     "EpisodataPluginWarning",
     "EpisodataWarning",
     "FieldNotFoundError",
+    "FormatError",
+    "IntegrityError",
     "MissingDependencyError",
+    "MissingFilterError",
+    "NonFiniteError",
+    "PartialFileError",
     "PluginConflictError",
     "PluginDisabledError",
     "PluginError",
@@ -62,12 +68,36 @@ class PluginConflictError(PluginError):
     """Two distributions register a plugin of the same kind under the same name."""
 
 
+class FormatError(EpisodataError, ValueError):
+    """A source file or archive does not have the layout its format requires."""
+
+
+class MissingFilterError(FormatError):
+    """An HDF5 dataset needs a compression filter that is not installed (e.g. Blosc)."""
+
+
+class PartialFileError(FormatError):
+    """A source file ends early or holds an incomplete episode where none is allowed."""
+
+
+class IntegrityError(EpisodataError, ValueError):
+    """Stored bytes do not match their recorded checksum."""
+
+
+class NonFiniteError(EpisodataError, ValueError):
+    """A field that must be finite holds NaN or infinity."""
+
+
 class EpisodataWarning(UserWarning):
     """Base class of every warning episodata emits."""
 
 
 class EpisodataPluginWarning(EpisodataWarning):
     """A plugin is broken or incompatible and was skipped."""
+
+
+class EpisodataImportWarning(EpisodataWarning):
+    """Something in an imported source is odd but importable; see the import report."""
 
 
 class EpisodataDeprecationWarning(EpisodataWarning, FutureWarning):

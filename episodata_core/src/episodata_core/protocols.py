@@ -13,7 +13,7 @@ episode has the same number of rows. Fields are addressed by
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
+    from episodata_core.dataset import Dataset
     from episodata_core.schema import DatasetSchema
+    from episodata_core.transfer import ImportResult
 
 __all__ = [
     "EpisodeTable",
@@ -209,28 +211,32 @@ class Sampler(Protocol):
 
 
 class Importer(Protocol):
-    """Reads episodes from a foreign source (a file or folder) as bulk episode dicts."""
+    """Reads episodes from a foreign source (a file or folder) into a dataset.
+
+    Importers convert the source's alignment themselves and write action-in episodes
+    (formats.md §0.1); :func:`episodata_core.transfer.import_dataset` runs them.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
 
     def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
-        """The schema the episodes of ``source`` will have."""
+        """The schema the episodes of ``source`` will have; reads headers only."""
         ...
 
-    def iter_episodes(self, source: str, options: BaseModel) -> Iterable[Mapping[str, Any]]:
-        """Yield bulk episode dicts (the accepted keys of data-model.md §6)."""
+    def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
+        """Validate ``source``, then append its episodes to ``dataset``."""
         ...
 
 
 class Exporter(Protocol):
-    """Writes one or more datasets to a foreign format at ``destination``."""
+    """Writes one or more labelled datasets to a foreign format at ``destination``."""
 
     name: ClassVar[str]
     description: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
 
-    def export(self, datasets: Mapping[str, Any], destination: str, options: BaseModel) -> Any:
+    def export(self, datasets: Mapping[str, Dataset], destination: str, options: BaseModel) -> Any:
         """Export ``datasets`` (labelled, e.g. by environment name); returns a report."""
         ...
