@@ -109,7 +109,7 @@ def test_usage_errors_exit_2(capsys, argv, message):
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["--help"], r"commands:\n  COMMAND\n    plugins +list installed plugins"),
+        (["--help"], r"commands:\n  COMMAND\n    quickstart\s+record CartPole"),
         (["-h"], r"--version +show the versions of episodata-core and episodata"),
         (["plugins", "--help"], r"--kind \{backend,sampler,importer,exporter,hook\}"),
     ],

@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from episodata_core import hooks, location, registry
+from episodata_core._progress import progress_bar
 from episodata_core._version import __version__
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.manifest import FORMAT_VERSION, Manifest, PluginVersion, Provenance
@@ -524,7 +525,9 @@ class Dataset:
         table = self._backend.episode_table()
         count = len(table)
         keys = self.schema.qualified_keys
-        for index in _progress(range(count), enabled=progress, what="episodes"):
+        for index in progress_bar(
+            range(count), enabled=progress, what="episodes", action="copying"
+        ):
             fields = [key for key in keys if key not in table.present or table.present[key][index]]
             rows = self._backend.read_rows(index, 0, int(table.length[index]) + 1, fields)
             if table.ongoing[index]:
@@ -608,16 +611,6 @@ def read_manifest(folder: str) -> Manifest:
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
         )
         raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
-
-
-def _progress(items: range, *, enabled: bool, what: str) -> Iterable[int]:
-    if not enabled:
-        return items
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return items
-    return cast("Iterable[int]", tqdm(items, unit=what.rstrip("s"), desc=f"copying {what}"))
 
 
 class Episode:

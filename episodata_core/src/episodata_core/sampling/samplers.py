@@ -7,6 +7,7 @@ stream can resume exactly.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -62,13 +63,16 @@ class EpisodeUniformSampler(_SeededSampler):
 
     def __init__(self, seed: int | np.random.SeedSequence | None = None) -> None:
         super().__init__(seed)
-        self._cache: tuple[int, npt.NDArray[np.int64]] | None = None
+        self._cache: tuple[weakref.ref[SegmentIndex], int, npt.NDArray[np.int64]] | None = None
 
     def _eligible(self, index: SegmentIndex) -> npt.NDArray[np.int64]:
-        if self._cache is None or self._cache[0] != index.version:
+        # keyed by the index object too: versions of two different indexes can coincide
+        # when one sampler object serves several streams
+        cache = self._cache
+        if cache is None or cache[0]() is not index or cache[1] != index.version:
             eligible = np.flatnonzero(index.windows_per_episode).astype(np.int64)
-            self._cache = (index.version, eligible)
-        return self._cache[1]
+            self._cache = cache = (weakref.ref(index), index.version, eligible)
+        return cache[2]
 
     def sample(self, index: SegmentIndex, batch_size: int) -> npt.NDArray[np.int64]:
         """Pick episodes uniformly, then a window of each uniformly."""
@@ -98,7 +102,10 @@ class WithoutReplacementSampler(_SeededSampler):
         out = np.empty(batch_size, dtype=np.int64)
         filled = 0
         while filled < batch_size:
-            if self._cursor >= len(self._order) or self._version != index.version:
+            # a new permutation when the epoch ends, the index grows, or the sampler is
+            # handed another index (its version may coincide, its length need not)
+            stale = self._version != index.version or len(self._order) != len(index)
+            if self._cursor >= len(self._order) or stale:
                 self._order = self.rng.permutation(len(index)).astype(np.int64)
                 self._cursor, self._version = 0, index.version
             take = min(batch_size - filled, len(self._order) - self._cursor)

@@ -11,5 +11,12 @@ from episodata_core.testing.backend import (
     example_rows,
     example_schema,
 )
+from episodata_core.testing.sampler import SamplerTests
 
-__all__ = ["BackendTests", "PersistentBackendTests", "example_rows", "example_schema"]
+__all__ = [
+    "BackendTests",
+    "PersistentBackendTests",
+    "SamplerTests",
+    "example_rows",
+    "example_schema",
+]

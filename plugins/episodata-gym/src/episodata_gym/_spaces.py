@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from episodata_core.errors import MissingDependencyError, SchemaError
 from episodata_core.schema import DatasetSchema, FieldSpec
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     import numpy.typing as npt
-    from episodata_core.schema import Role
     from gymnasium.spaces import Box, Space
+
+    from episodata_core.schema import Role
 
 __all__ = ["schema_from_gym_spaces"]
 
