@@ -27,6 +27,7 @@ from episodata_core.errors import (
     SchemaError,
 )
 from episodata_core.manifest import Manifest
+from episodata_core.pipeline import Pipeline
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.transfer import ImportReport, export_datasets, import_dataset
 from episodata_core.views import Batch, FieldGroup, Segment, Transition
@@ -56,6 +57,7 @@ __all__ = [
     "MissingFilterError",
     "NonFiniteError",
     "PartialFileError",
+    "Pipeline",
     "PluginConflictError",
     "PluginError",
     "PluginNotFoundError",

@@ -17,7 +17,7 @@ from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.manifest import FORMAT_VERSION, Manifest, PluginVersion, Provenance
 from episodata_core.normalize import Alignment, split_episode, to_rows
 from episodata_core.protocols import SupportsFlush, supports_persistence
-from episodata_core.sampling.index import SegmentIndex, WindowSpec, check_pad
+from episodata_core.sampling.index import SegmentIndex, WindowSpec, check_pad, positive_int
 from episodata_core.sampling.read import read_transitions
 from episodata_core.sampling.segments import SegmentDataset
 from episodata_core.sampling.stream import SegmentStream
@@ -370,6 +370,7 @@ class Dataset:
         ``[B, 2, ...]`` buffer. Never a padded transition. The transition index is kept
         between calls and only catches up with new episodes.
         """
+        batch_size = positive_int("batch_size", batch_size)
         index = self._transition_indexes.get(id(filter))
         if index is None or index._filter is not filter:
             index = SegmentIndex(self, 1, pad=None, filter=filter)
@@ -379,7 +380,7 @@ class Dataset:
         if not len(index):
             raise SchemaError(f"sample_transitions: nothing to sample: {index.describe_empty()}")
         rng = self._rng if seed is None else np.random.default_rng(seed)
-        positions = rng.integers(len(index), size=int(batch_size), dtype=np.int64)
+        positions = rng.integers(len(index), size=batch_size, dtype=np.int64)
         episodes, starts = index.locate(positions)
         return read_transitions(self, episodes, starts, self._field_keys(fields))
 

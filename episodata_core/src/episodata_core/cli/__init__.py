@@ -55,12 +55,13 @@ class _VersionAction(argparse.Action):
 
 def _commands() -> tuple[Command, ...]:
     # each verb module is imported only when the parser is built
-    from episodata_core.cli import _datasets, _plugins, _quickstart, _transfer
+    from episodata_core.cli import _datasets, _pipeline, _plugins, _quickstart, _transfer
 
     return (
         *_quickstart.COMMANDS,
         *_datasets.COMMANDS,
         *_transfer.COMMANDS,
+        *_pipeline.COMMANDS,
         *_plugins.COMMANDS,
     )
 

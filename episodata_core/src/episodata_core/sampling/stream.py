@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -163,26 +164,13 @@ class SegmentStream:
     def _start(self) -> None:
         self._stop.clear()
         self._queue = queue.Queue(maxsize=self._prefetch)
-        self._thread = threading.Thread(target=self._run, name="episodata-read-ahead", daemon=True)
+        self._thread = threading.Thread(
+            target=_read_ahead,
+            args=(weakref.ref(self), self._queue, self._stop),
+            name="episodata-read-ahead",
+            daemon=True,
+        )
         self._thread.start()
-
-    def _run(self) -> None:
-        assert self._queue is not None
-        out = self._queue
-        try:
-            while not self._stop.is_set():
-                produced = self._produce()
-                item: Any = _END if produced is None else produced
-                while not self._stop.is_set():
-                    try:
-                        out.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if produced is None:
-                    return
-        except BaseException as err:  # noqa: BLE001 (handed to the consumer, re-raised there)
-            out.put(err)
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -235,4 +223,34 @@ class SegmentStream:
             self.sampler.load_state_dict(self._state["sampler"])
 
     def __del__(self) -> None:
-        self._stop.set()
+        stop = getattr(self, "_stop", None)  # absent when __init__ raised early
+        if stop is not None:
+            stop.set()
+
+
+def _read_ahead(
+    ref: weakref.ref[SegmentStream], out: queue.Queue[Any], stop: threading.Event
+) -> None:
+    """The read-ahead loop: prepare batches until stopped or the stream is gone.
+
+    It holds the stream only while preparing a batch, so a stream dropped without
+    :meth:`SegmentStream.close` is still collected, and its ``__del__`` stops the thread.
+    """
+    try:
+        while not stop.is_set():
+            stream = ref()
+            if stream is None:
+                return
+            produced = stream._produce()
+            del stream
+            item: Any = _END if produced is None else produced
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if produced is None:
+                return
+    except BaseException as err:  # noqa: BLE001 (handed to the consumer, re-raised there)
+        out.put(err)

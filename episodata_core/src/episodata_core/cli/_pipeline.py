@@ -1,0 +1,55 @@
+"""``episodata pipeline validate|run FILE``: configuration-driven pipelines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from episodata_core.cli._command import Command, arg
+from episodata_core.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["COMMANDS"]
+
+
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    pipeline = Pipeline.from_toml(args.file)
+    if args.action == "validate":
+        steps = pipeline.validate()
+        print(
+            f"{args.file}: valid ({len(steps)} steps, config sha256 {pipeline.config.digest()[:12]})"
+        )
+        for number, step in enumerate(steps, 1):
+            print(f"  {number}. {step}")
+        return 0
+    result = pipeline.run(progress=not args.quiet)
+    if not args.quiet:
+        if result.import_report is not None:
+            print(result.import_report.summary())
+        print(
+            f"dataset: {result.dataset.location or '(in memory)'} ({result.dataset.num_episodes} episodes)"
+        )
+        for export in pipeline.config.exports:
+            print(f"exported: {export.path} ({export.exporter})")
+    result.dataset.close()
+    return 0
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "pipeline",
+        help="validate or run a TOML pipeline (import, store, export)",
+        run=_cmd_pipeline,
+        arguments=(
+            arg("action", choices=("validate", "run"), help="validate: check only; run: execute"),
+            arg("file", help="pipeline TOML file"),
+            arg("-q", "--quiet", action="store_true", help="no progress bars or summary"),
+        ),
+        description=(
+            "validate resolves every plugin by name and checks every options table without "
+            "writing anything; run executes the steps and records the resolved config, its "
+            "hash and the plugin versions in the dataset's manifest."
+        ),
+    ),
+)

@@ -1,0 +1,210 @@
+"""Pipeline configuration: Pydantic models of a TOML file.
+
+A pipeline has one source (an importer run on a file, or an existing dataset), an
+optional store (where the data lands), and zero or more exports::
+
+    [source]
+    importer = "d4rl"
+    path = "hopper-medium-v2.hdf5"
+
+    [store]
+    backend = "zarr"
+    path = "hopper"
+
+    [[exports]]
+    exporter = "offset-segments"
+    path = "hopper-segments"
+    options = { offset = 25, episodes_per_env = 10 }
+
+Plugins are named by their registered name. Each plugin's own ``Options`` model checks
+its ``options`` table, and errors carry the full location (``exports[0].options.offset``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from episodata_core import registry
+from episodata_core.errors import SchemaError
+
+__all__ = [
+    "DatasetSource",
+    "ExportStep",
+    "ImportSource",
+    "PipelineConfig",
+    "StoreConfig",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImportSource(_Strict):
+    """Read a foreign file with an importer plugin."""
+
+    importer: str = Field(description="Registered importer name, e.g. 'd4rl'.")
+    path: str = Field(description="The file or folder to import.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The importer's Options.")
+
+
+class DatasetSource(_Strict):
+    """Start from an existing dataset folder."""
+
+    dataset: str = Field(description="Path of an existing dataset.")
+
+
+class StoreConfig(_Strict):
+    """Where the pipeline's dataset is written."""
+
+    path: str | None = Field(default=None, description="New dataset folder; omit for memory.")
+    backend: str | None = Field(
+        default=None, description="Registered backend name (default: zarr with a path)."
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="The backend's Options.")
+
+
+class ExportStep(_Strict):
+    """Write the dataset out with an exporter plugin."""
+
+    exporter: str = Field(description="Registered exporter name, e.g. 'offset-segments'.")
+    path: str = Field(description="Output folder.")
+    label: str | None = Field(
+        default=None, description="Label of the dataset in the export (default: its name)."
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="The exporter's Options.")
+
+
+class PipelineConfig(_Strict):
+    """A whole pipeline: ``source``, optional ``store``, and ``exports``."""
+
+    source: ImportSource | DatasetSource = Field(description="Where the episodes come from.")
+    store: StoreConfig | None = Field(default=None, description="Where they are written.")
+    exports: list[ExportStep] = Field(default_factory=list, description="What is exported.")
+    allow_import_paths: bool = Field(
+        default=False,
+        description="Accept 'package.module:Class' instead of registered plugin names.",
+    )
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> PipelineConfig:
+        stored = isinstance(self.source, DatasetSource)
+        if stored and self.store is not None and self.store.path is None:
+            raise ValueError("store: a dataset source is already stored; drop [store]")
+        return self
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON form: the same pipeline always hashes the same."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def resolve(self) -> list[str]:
+        """Look every plugin up and validate its options; returns one line per step.
+
+        Raises :class:`SchemaError` with the full location of the first problem.
+        """
+        steps: list[str] = []
+        source = self.source
+        if isinstance(source, ImportSource):
+            cls = _plugin("importer", source.importer, "source.importer", self)
+            _options(cls, source.options, "source.options")
+            steps.append(f"import {source.path} with {source.importer}")
+        else:
+            steps.append(f"open {source.dataset}")
+        if self.store is not None:
+            backend = self.store.backend or ("zarr" if self.store.path else "memory")
+            cls = _plugin("backend", backend, "store.backend", self)
+            _options(cls, self.store.options, "store.options")
+            steps.append(f"store in {self.store.path or 'memory'} ({backend})")
+        for number, export in enumerate(self.exports):
+            where = f"exports[{number}]"
+            cls = _plugin("exporter", export.exporter, f"{where}.exporter", self)
+            _options(cls, export.options, f"{where}.options")
+            steps.append(f"export to {export.path} with {export.exporter}")
+        return steps
+
+
+def _plugin(kind: registry.PluginKind, name: str, where: str, config: PipelineConfig) -> Any:
+    if ":" in name:
+        if not config.allow_import_paths:
+            raise SchemaError(
+                f"{where}: {name!r} is an import path; name a registered {kind} (see "
+                "`episodata plugins`), or set allow_import_paths = true to run code from it"
+            )
+        import importlib
+
+        module, _, attribute = name.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+    getters = {
+        "backend": registry.get_backend,
+        "importer": registry.get_importer,
+        "exporter": registry.get_exporter,
+    }
+    try:
+        return getters[kind](name)
+    except LookupError as err:
+        raise SchemaError(f"{where}: {err}") from err
+
+
+def _options(cls: Any, options: dict[str, Any], where: str) -> BaseModel:
+    try:
+        validated: BaseModel = cls.Options(**options)
+    except ValidationError as err:
+        raise SchemaError(_located(err, where)) from err
+    return validated
+
+
+def _located(err: ValidationError, prefix: str) -> str:
+    problems = []
+    for error in err.errors():
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+        problems.append(f"{prefix}{path}: {error['msg']}")
+    return "; ".join(problems)
+
+
+def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConfig:
+    """Parse a TOML file (a path) or TOML text into a validated :class:`PipelineConfig`.
+
+    Relative paths in the file are relative to the file's folder.
+    """
+    text: str
+    if isinstance(source, Path) or "\n" not in source:
+        file = Path(source)
+        if not file.is_file():
+            raise SchemaError(f"pipeline file {str(file)!r} does not exist")
+        text = file.read_text()
+        base = file.parent if base is None else base
+    else:
+        text = source
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SchemaError(f"pipeline: not valid TOML: {err}") from err
+    try:
+        config = PipelineConfig.model_validate(document)
+    except ValidationError as err:
+        raise SchemaError(_located(err, "pipeline")) from err
+    return _rebase(config, base) if base is not None else config
+
+
+def _rebase(config: PipelineConfig, base: Path) -> PipelineConfig:
+    def absolute(path: str) -> str:
+        return str(path if Path(path).is_absolute() else (base / path))
+
+    source = config.source
+    if isinstance(source, ImportSource):
+        source = source.model_copy(update={"path": absolute(source.path)})
+    else:
+        source = source.model_copy(update={"dataset": absolute(source.dataset)})
+    store = config.store
+    if store is not None and store.path is not None:
+        store = store.model_copy(update={"path": absolute(store.path)})
+    exports = [e.model_copy(update={"path": absolute(e.path)}) for e in config.exports]
+    return config.model_copy(update={"source": source, "store": store, "exports": exports})

@@ -1,0 +1,176 @@
+"""Run a pipeline: its steps go through an executor, so other engines can take over later.
+
+The only executor today is :class:`LocalExecutor`, which runs steps one after the other
+in this process. Steps report through the pluggy pipeline hooks (start, after each
+step, end, error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from episodata_core import hooks
+from episodata_core.dataset import Dataset
+from episodata_core.errors import EpisodataError
+from episodata_core.pipeline.config import DatasetSource, ImportSource, PipelineConfig, load_config
+from episodata_core.transfer import export_datasets, import_dataset
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable
+
+__all__ = ["Executor", "LocalExecutor", "Pipeline", "PipelineResult", "Step"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One unit of pipeline work, with a name that error messages use."""
+
+    name: str
+    run: Callable[[], Any]
+
+
+class Executor(Protocol):
+    """Runs steps in order; a distributed engine can implement the same method."""
+
+    def execute(self, step: Step) -> Any:
+        """Run one step and return its result."""
+        ...
+
+
+class LocalExecutor:
+    """Runs each step right here, in this process."""
+
+    def execute(self, step: Step) -> Any:
+        """Call the step."""
+        return step.run()
+
+
+@dataclass
+class PipelineResult:
+    """What a run produced: the dataset, the import report and export reports."""
+
+    dataset: Dataset
+    import_report: Any = None
+    export_reports: list[Any] = field(default_factory=list)
+
+
+class Pipeline:
+    """A validated pipeline; build it with :meth:`from_toml` or from a config model."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+
+    @classmethod
+    def from_toml(cls, source: str | os.PathLike[str]) -> Pipeline:
+        """Load a TOML file (or TOML text) and validate its structure."""
+        path = Path(source) if not isinstance(source, str) else source
+        return cls(load_config(path))
+
+    def validate(self) -> list[str]:
+        """Resolve every plugin and check every options table; nothing is written."""
+        return self.config.resolve()
+
+    def run(self, *, executor: Executor | None = None, progress: bool = True) -> PipelineResult:
+        """Run every step; on failure the error names the step that failed."""
+        self.validate()
+        executor = executor or LocalExecutor()
+        manager = hooks.get_plugin_manager()
+        manager.hook.on_pipeline_start(pipeline=self)
+        current = "start"
+        try:
+            result = PipelineResult(dataset=self._source_step(executor, progress))
+            current = "record provenance"
+            result.dataset.update_metadata({"pipeline": self._provenance()})
+            for number, export in enumerate(self.config.exports):
+                current = f"exports[{number}] ({export.exporter} to {export.path})"
+                label = export.label or Path(result.dataset.location or "dataset").name
+                step = Step(
+                    current,
+                    partial(
+                        export_datasets,
+                        export.exporter,
+                        {label: result.dataset},
+                        export.path,
+                        **export.options,
+                    ),
+                )
+                result.export_reports.append(executor.execute(step))
+                manager.hook.after_pipeline_step(pipeline=self, step=current)
+        except BaseException as err:
+            manager.hook.on_pipeline_error(pipeline=self, error=err)
+            if isinstance(err, EpisodataError):
+                err.add_note(f"pipeline step that failed: {current}")
+            raise
+        manager.hook.on_pipeline_end(pipeline=self, result=result)
+        return result
+
+    def _source_step(self, executor: Executor, progress: bool) -> Dataset:
+        source, store = self.config.source, self.config.store
+        manager = hooks.get_plugin_manager()
+        if isinstance(source, ImportSource):
+            name = f"source ({source.importer} import of {source.path})"
+            step = Step(
+                name,
+                lambda: import_dataset(
+                    source.importer,
+                    source.path,
+                    store.path if store else None,
+                    backend=store.backend if store else None,
+                    **source.options,
+                )[0],
+            )
+            dataset: Dataset = executor.execute(step)
+            manager.hook.after_pipeline_step(pipeline=self, step=name)
+            return dataset
+        assert isinstance(source, DatasetSource)
+        opened = Dataset.open(source.dataset)
+        manager.hook.after_pipeline_step(pipeline=self, step=f"source (open {source.dataset})")
+        if store is None or store.path is None:
+            return opened
+        name = f"store (copy to {store.path})"
+        copy: Dataset = executor.execute(
+            Step(
+                name,
+                lambda: opened.copy_to(
+                    store.path, backend=store.backend, progress=progress, **store.options
+                ),
+            )
+        )
+        manager.hook.after_pipeline_step(pipeline=self, step=name)
+        return copy
+
+    def _provenance(self) -> dict[str, Any]:
+        versions = {}
+        for dist in ("episodata-core", *self._distributions()):
+            try:
+                versions[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                versions[dist] = "unknown"
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "config_sha256": self.config.digest(),
+            "plugins": versions,
+        }
+
+    def _distributions(self) -> list[str]:
+        from episodata_core import registry
+
+        wanted = set()
+        source = self.config.source
+        if isinstance(source, ImportSource):
+            wanted.add(("importer", source.importer))
+        if self.config.store is not None:
+            wanted.add(("backend", self.config.store.backend or "zarr"))
+        wanted |= {("exporter", e.exporter) for e in self.config.exports}
+        return sorted(
+            {
+                info.distribution
+                for info in registry.list_plugins()
+                if (info.kind, info.name) in wanted and info.distribution
+            }
+        )

@@ -1,0 +1,256 @@
+"""TOML pipelines: validation with precise locations, runs, provenance and hooks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from episodata import Dataset, Pipeline, SchemaError
+from episodata_core import hooks, registry
+from episodata_core.cli import main
+from episodata_core.schema import DatasetSchema
+from episodata_core.transfer import ImportReport, ImportResult
+
+pytestmark = pytest.mark.usefixtures("isolated_registry")
+
+
+class NpzOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    episodes: int = 3
+
+
+class NpzImporter:
+    """Test importer: one npz file with an array `obs` [N, 2]; N split into episodes."""
+
+    name: ClassVar[str] = "test-npz"
+    description: ClassVar[str] = "test importer"
+    Options: ClassVar[type[BaseModel]] = NpzOptions
+
+    def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
+        return DatasetSchema.infer(self._episodes(source, options)[0])
+
+    def _episodes(self, source: str, options: Any) -> list[dict[str, Any]]:
+        obs = np.load(source, allow_pickle=False)["obs"]
+        parts = np.array_split(obs, options.episodes)
+        return [
+            {
+                "initial_observation": part[0],
+                "observations": part[1:],
+                "actions": np.arange(len(part) - 1, dtype=np.int64),
+                "terminated": True,
+            }
+            for part in parts
+        ]
+
+    def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
+        episodes = self._episodes(source, options)
+        for episode in episodes:
+            dataset.add_episode(episode)
+        report = ImportReport(episodes_found=len(episodes), episodes_imported=len(episodes))
+        return ImportResult(
+            report=report, record={"format": "test-npz", "source": {"file": Path(source).name}}
+        )
+
+
+class CountOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    offset: int = 1
+    fail: bool = False
+
+
+class CountExporter:
+    """Test exporter: writes counts.json with each label's episode count."""
+
+    name: ClassVar[str] = "test-count"
+    description: ClassVar[str] = "test exporter"
+    Options: ClassVar[type[BaseModel]] = CountOptions
+
+    def export(
+        self, datasets: dict[str, Dataset], destination: str, options: Any
+    ) -> dict[str, int]:
+        if options.fail:
+            raise SchemaError("test-count: asked to fail")
+        counts = {label: ds.num_episodes * options.offset for label, ds in datasets.items()}
+        Path(destination).mkdir(parents=True)
+        (Path(destination) / "counts.json").write_text(json.dumps(counts))
+        return counts
+
+
+@pytest.fixture
+def plugins():
+    registry.register_importer(NpzImporter)
+    registry.register_exporter(CountExporter)
+
+
+@pytest.fixture
+def source_file(tmp_path):
+    path = tmp_path / "source.npz"
+    np.savez(path, obs=np.arange(60, dtype=np.float32).reshape(30, 2))
+    return path
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text)
+    return path
+
+
+PIPELINE = """
+[source]
+importer = "test-npz"
+path = "source.npz"
+options = {{ episodes = 3 }}
+
+[store]
+backend = "npz_directory"
+path = "stored"
+
+[[exports]]
+exporter = "test-count"
+path = "counts"
+options = {{ offset = {offset} }}
+"""
+
+
+def test_run_imports_stores_exports_and_records_provenance(plugins, source_file, tmp_path):
+    pipeline = Pipeline.from_toml(_write(tmp_path, PIPELINE.format(offset=10)))
+    result = pipeline.run(progress=False)
+    assert result.dataset.num_episodes == 3
+    assert json.loads((tmp_path / "counts" / "counts.json").read_text()) == {"stored": 30}
+    result.dataset.close()
+    stored = Dataset.open(tmp_path / "stored", read_only=True)
+    record = stored.manifest.metadata["pipeline"]
+    assert record["config_sha256"] == pipeline.config.digest()
+    assert record["config"]["exports"][0]["options"] == {"offset": 10}
+    assert "episodata-core" in record["plugins"]
+    assert stored.manifest.metadata["imports"][0]["format"] == "test-npz"
+    # the same file always hashes the same; a different option changes the hash
+    again = Pipeline.from_toml(_write(tmp_path, PIPELINE.format(offset=10)))
+    other = Pipeline.from_toml(_write(tmp_path, PIPELINE.format(offset=11)))
+    assert again.config.digest() == pipeline.config.digest() != other.config.digest()
+
+
+def test_hooks_fire_in_order(plugins, source_file, tmp_path):
+    events: list[str] = []
+
+    class Recorder:
+        @hooks.hookimpl
+        def on_pipeline_start(self, pipeline):
+            events.append("start")
+
+        @hooks.hookimpl
+        def after_pipeline_step(self, pipeline, step):
+            events.append(step.split(" ")[0])
+
+        @hooks.hookimpl
+        def on_pipeline_end(self, pipeline, result):
+            events.append("end")
+
+    recorder = hooks.register_hooks(Recorder())
+    try:
+        Pipeline.from_toml(_write(tmp_path, PIPELINE.format(offset=1))).run(progress=False)
+    finally:
+        hooks.unregister_hooks(recorder)
+    assert events == ["start", "source", "exports[0]", "end"]
+
+
+def test_failing_step_is_named_and_error_hook_fires(plugins, source_file, tmp_path):
+    errors: list[BaseException] = []
+
+    class Recorder:
+        @hooks.hookimpl
+        def on_pipeline_error(self, pipeline, error):
+            errors.append(error)
+
+    text = PIPELINE.format(offset=1).replace("offset = 1", "offset = 1, fail = true")
+    recorder = hooks.register_hooks(Recorder())
+    try:
+        with pytest.raises(SchemaError, match="asked to fail") as info:
+            Pipeline.from_toml(_write(tmp_path, text)).run(progress=False)
+    finally:
+        hooks.unregister_hooks(recorder)
+    assert "pipeline step that failed: exports[0] (test-count to" in "\n".join(info.value.__notes__)
+    assert len(errors) == 1
+    assert not (tmp_path / "counts").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("offset = 1", 'offset = "many"'),
+            r"exports\[0\]\.options\.offset: Input should be a valid integer",
+        ),
+        (("offset = 1", "offset = 1, bogus = 2"), r"exports\[0\]\.options\.bogus: Extra inputs"),
+        (
+            ('exporter = "test-count"', 'exporter = "nope"'),
+            r"exports\[0\]\.exporter: no exporter named 'nope' \(installed: .*'test-count'",
+        ),
+        (
+            ('importer = "test-npz"', 'importer = "d4rl-typo"'),
+            r"source\.importer: no importer named 'd4rl-typo'",
+        ),
+        (
+            ('importer = "test-npz"', 'importer = "os:system"'),
+            r"source\.importer: 'os:system' is an import path",
+        ),
+        (
+            ("episodes = 3", 'episodes = "x"'),
+            r"source\.options\.episodes: Input should be a valid integer",
+        ),
+        (
+            ('backend = "npz_directory"', 'backend = "nosuch"'),
+            r"store\.backend: no backend named 'nosuch'",
+        ),
+    ],
+    ids=[
+        "option-type",
+        "unknown-option",
+        "unknown-exporter",
+        "unknown-importer",
+        "import-path",
+        "importer-option",
+        "unknown-backend",
+    ],
+)
+def test_validate_reports_full_locations(plugins, source_file, tmp_path, edit, message):
+    text = PIPELINE.format(offset=1).replace(*edit)
+    assert text != PIPELINE.format(offset=1)
+    pipeline = Pipeline.from_toml(_write(tmp_path, text))
+    with pytest.raises(SchemaError, match=message):
+        pipeline.validate()
+    assert not (tmp_path / "stored").exists()
+
+
+def test_well_known_plugin_gets_an_install_hint(plugins, source_file, tmp_path):
+    text = PIPELINE.format(offset=1).replace('importer = "test-npz"', 'importer = "minari"')
+    with pytest.raises(SchemaError, match=r'pip install "episodata\[minari\]"'):
+        Pipeline.from_toml(_write(tmp_path, text)).validate()
+
+
+def test_missing_source_section(tmp_path):
+    with pytest.raises(SchemaError, match=r"pipeline\.source: Field required"):
+        Pipeline.from_toml(_write(tmp_path, '[store]\npath = "x"\n'))
+
+
+def test_not_toml(tmp_path):
+    with pytest.raises(SchemaError, match="not valid TOML"):
+        Pipeline.from_toml(_write(tmp_path, "[source\n"))
+
+
+def test_cli_validate_and_run(plugins, source_file, tmp_path, capsys):
+    path = _write(tmp_path, PIPELINE.format(offset=2))
+    assert main(["pipeline", "validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "valid (3 steps" in out
+    assert not (tmp_path / "stored").exists()
+    assert main(["pipeline", "run", str(path), "--quiet"]) == 0
+    assert json.loads((tmp_path / "counts" / "counts.json").read_text()) == {"stored": 6}
+    bad = _write(tmp_path, PIPELINE.format(offset=2).replace("offset = 2", "offset = []"))
+    assert main(["pipeline", "validate", str(bad)]) == 1
+    assert "exports[0].options.offset" in capsys.readouterr().err
