@@ -59,5 +59,5 @@ class FakeImporter:
     def read_schema(self, source: str, options: BaseModel) -> Any:
         raise NotImplementedError
 
-    def iter_episodes(self, source: str, options: BaseModel) -> Any:
+    def import_into(self, source: str, dataset: Any, options: BaseModel) -> Any:
         raise NotImplementedError
