@@ -65,7 +65,7 @@ def make_plugin(plugin_name: str | None = "runtime-fake") -> type:
         schema: Any  # a data member declared by annotation only still counts
         create = episode_table = start_episode = append_rows = finalize_episode = None
         add_episode = read_rows = gather_rows = close = None
-        sample = read_schema = iter_episodes = export = None
+        sample = read_schema = import_into = export = None
 
     return RuntimePlugin
 
@@ -451,7 +451,7 @@ def test_register_rejects_classes_without_name_or_contract(basic):
     with pytest.raises(
         PluginError,
         match=r"cannot register .*NoReader as importer 'imp': it does not satisfy the Importer "
-        r"contract: missing 'iter_episodes', 'read_schema'",
+        r"contract: missing 'import_into', 'read_schema'",
     ):
         registry.register_importer(NoReader)
 
