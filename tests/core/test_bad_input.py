@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from episodata import (
     ActionOutEpisodeWriter,
     Dataset,

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from episodata_core.cli import main
-from episodata_core.errors import PluginConflictError
 
 from episodata_core import __version__, registry
+from episodata_core.cli import main
+from episodata_core.errors import PluginConflictError
 
 FAKE_DISTS = Path(__file__).resolve().parents[1] / "fake_dists"
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from episodata_core.errors import FieldNotFoundError, SchemaError
-from episodata_core.views import Batch, Flags, Segment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from episodata_core import Dataset, DatasetSchema, FieldGroup, FieldSpec, Transition
+from episodata_core.errors import FieldNotFoundError, SchemaError
+from episodata_core.views import Batch, Flags, Segment
 
 OBS_DIM = 3
 

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from episodata_core.errors import EpisodataPluginWarning, PluginError, PluginNotFoundError
 
 from episodata_core import hooks, registry
+from episodata_core.errors import EpisodataPluginWarning, PluginError, PluginNotFoundError
 
 FAKE_DISTS = Path(__file__).resolve().parents[1] / "fake_dists"
 DISABLED = "EPISODATA_DISABLED_PLUGINS"

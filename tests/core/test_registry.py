@@ -10,6 +10,9 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import BaseModel
+
+from episodata_core import _plugins, registry
 from episodata_core.errors import (
     EpisodataPluginWarning,
     PluginConflictError,
@@ -18,9 +21,6 @@ from episodata_core.errors import (
     PluginNotFoundError,
 )
 from episodata_core.testing.pytest_plugin import DistPaths, isolated_plugins
-from pydantic import BaseModel
-
-from episodata_core import _plugins, registry
 
 FAKE_DISTS = Path(__file__).resolve().parents[1] / "fake_dists"
 DISABLED = "EPISODATA_DISABLED_PLUGINS"

@@ -16,9 +16,8 @@ import pytest
 
 gym = pytest.importorskip("gymnasium")
 from episodata.utils import schema_from_gym_spaces
-from episodata_core.errors import DatasetStateError, SchemaError
-
 from episodata_core import Dataset, DatasetSchema, FieldSpec
+from episodata_core.errors import DatasetStateError, SchemaError
 
 OBS = np.float32
 STEPS = 300

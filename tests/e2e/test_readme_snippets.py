@@ -16,6 +16,7 @@ def test_quick_start() -> None:
     pytest.importorskip("gymnasium")
 
     import gymnasium as gym
+
     from episodata import Dataset
     from episodata.utils import schema_from_gym_spaces
 
@@ -170,6 +171,7 @@ def test_declare_a_schema_directly() -> None:
 
 def test_import_existing_episodes() -> None:
     import numpy as np
+
     from episodata import Dataset
 
     episode = {

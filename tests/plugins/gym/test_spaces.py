@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 gym = pytest.importorskip("gymnasium")
+from gymnasium import spaces
+
 from episodata_core.errors import SchemaError
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_gym import schema_from_gym_spaces
-from gymnasium import spaces
 
 INF = np.inf
 F32 = np.float32

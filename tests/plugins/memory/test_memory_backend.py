@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.testing import BackendTests, example_rows
 from episodata_memory import MemoryBackend, MemoryOptions
@@ -48,6 +49,7 @@ def test_finalized_reads_are_read_only_views() -> None:
 
 def test_memory_backend_refuses_a_path() -> None:
     import pytest
+
     from episodata_core.errors import SchemaError
 
     with pytest.raises(SchemaError, match="takes no path"):

@@ -202,9 +202,13 @@ class SegmentIndex:
         unfiltered = self._count(table.length.astype(np.int64))
         if self._filter is not None and not self._windows.any() and unfiltered.any():
             return "the filter excludes every episode"
+        if longest == 0:
+            # before the pad=None advice: padding cannot help, and sample_transitions
+            # (length 1, pad=None) has no pad= to pass
+            return "no episode has any transitions yet (every episode is empty)"
         if self.pad is None and longest < self.length:
             return (
                 f"no episode has {self.length} transitions (the longest has {longest}) and "
                 "pad=None skips shorter ones; pass pad='suffix' or a shorter length"
             )
-        return f"no episode has any transitions (the longest has {longest})"
+        return f"no window of {self.length} transitions (the longest episode has {longest})"

@@ -70,7 +70,13 @@ def isolated_registry() -> Iterator[None]:
 
 def _imported_from(module: object, root: Path) -> bool:
     # sys.modules may hold None (a blocked import), which has no __file__
-    files = [getattr(module, "__file__", None), *getattr(module, "__path__", [])]
+    paths = getattr(module, "__path__", None)
+    try:
+        # some libraries put objects that are not lists of folders in __path__
+        folders = list(paths) if paths is not None else []
+    except TypeError:
+        folders = []
+    files = [getattr(module, "__file__", None), *folders]
     for file in files:
         if isinstance(file, str) and Path(file).resolve().is_relative_to(root):
             return True

@@ -11,7 +11,7 @@ The sampler is built as ``sampler_cls(seed=seed, **sampler_kwargs)``, as
 observations encode ``(episode, step)``, so every value a batch holds can be traced back
 to the episode and step it came from. The expected windows, masks and flags come from a
 brute-force reference written with plain loops in this module, never from the sampling
-engine under test.
+engine under test. The dataset lives in the ``memory`` backend (episodata-memory).
 """
 
 from __future__ import annotations

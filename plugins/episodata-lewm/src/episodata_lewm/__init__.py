@@ -1,3 +1,66 @@
-"""Work in progress."""
+"""stable-worldmodel / LeWorldModel HDF5 importer for episodata (formats.md §2).
+
+Importing this package does not import h5py or hdf5plugin; the importer's methods do.
+A missing h5py raises :class:`~episodata_core.errors.MissingDependencyError`, a missing
+Blosc filter :class:`~episodata_core.errors.MissingFilterError`, both with the install
+command.
+
+Examples
+--------
+>>> import episodata
+>>> dataset, report = episodata.import_dataset(  # doctest: +SKIP
+...     "lewm", "tworoom.h5", "tworoom.zarr", episodes=300, read_budget_bytes=1 << 30
+... )
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from episodata_lewm._options import EpisodeSlice, LeWMOptions
+from episodata_lewm._report import LeWMReport, require_h5py
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from episodata_core.dataset import Dataset
+    from episodata_core.schema import DatasetSchema
+    from episodata_core.transfer import ImportResult
+
+__all__ = ["EpisodeSlice", "LeWMImporter", "LeWMOptions", "LeWMReport"]
+
+__version__ = "0.1.0"
+
+
+class LeWMImporter:
+    """Reads swm / LeWM ``.h5`` files (``ep_len``, ``ep_offset``, per-row columns).
+
+    swm rows are action-out (``action[t]`` is taken at row t; the last row's action is
+    NaN) while ``reward[t]`` and the flags describe arriving at row t. The importer
+    shifts actions, never rewards, and streams the file in reads of at most
+    ``read_budget_bytes``.
+    """
+
+    name: ClassVar[str] = "lewm"
+    description: ClassVar[str] = "stable-worldmodel / LeWorldModel HDF5 files (ep_len, ep_offset)"
+    Options: ClassVar[type[BaseModel]] = LeWMOptions
+
+    def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
+        """The schema of the episodes in ``source``; reads headers and string lengths."""
+        require_h5py()
+        from episodata_lewm._impl import read_schema
+
+        return read_schema(source, _options(options))
+
+    def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
+        """Validate ``source`` completely, then append its episodes to ``dataset``."""
+        require_h5py()
+        from episodata_lewm._impl import import_file
+
+        return import_file(source, dataset, _options(options))
+
+
+def _options(options: BaseModel) -> LeWMOptions:
+    if isinstance(options, LeWMOptions):
+        return options
+    return LeWMOptions.model_validate(options.model_dump(by_alias=True))

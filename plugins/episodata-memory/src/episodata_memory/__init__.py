@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from episodata_core.errors import DatasetStateError, SchemaError
-from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
 from pydantic import BaseModel, ConfigDict, Field
 
+from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
 from episodata_memory._growable import Growable
 
 if TYPE_CHECKING:
