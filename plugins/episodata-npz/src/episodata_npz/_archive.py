@@ -17,10 +17,11 @@ import io
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote
 
 import numpy as np
+
 from episodata_core.errors import DatasetStateError, SchemaError
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     import numpy.typing as npt
+
     from episodata_core.schema import FieldSpec
 
 __all__ = [
@@ -51,8 +53,18 @@ _META_DTYPES: dict[str, np.dtype[Any]] = {
     "ongoing": np.dtype(np.bool_),
 }
 _CHUNK = 1 << 20  # decompress in 1 MiB pieces into the final array: no second full copy
-# what zipfile and the zlib stream raise for a damaged member
-_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, KeyError)
+# what zipfile, zlib and the .npy header parser raise for damaged or crafted bytes
+# (RuntimeError: an encrypted member; NotImplementedError: an unknown compression method)
+_DAMAGE = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    ValueError,
+    OSError,
+    KeyError,
+    RuntimeError,
+    NotImplementedError,
+)
 
 
 def member_name(qualified_key: str) -> str:
@@ -81,7 +93,9 @@ class EpisodeMeta:
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The members as 0-d arrays, keyed by name without the ``episode/`` prefix."""
-        return {name: np.array(getattr(self, name), dtype=_META_DTYPES[name]) for name in _META_DTYPES}
+        return {
+            name: np.array(getattr(self, name), dtype=_META_DTYPES[name]) for name in _META_DTYPES
+        }
 
 
 def encode_episode(
@@ -108,7 +122,7 @@ def encode_episode(
 
 def _write_member(archive: zipfile.ZipFile, name: str, array: npt.NDArray[Any]) -> None:
     with archive.open(name + _SUFFIX, "w", force_zip64=True) as handle:
-        np.lib.format.write_array(handle, np.ascontiguousarray(array), allow_pickle=False)
+        np.lib.format.write_array(handle, array, allow_pickle=False)
 
 
 def check_member_name(name: str, where: str) -> None:
@@ -135,10 +149,10 @@ class EpisodeArchive:
     from a damaged one.
     """
 
-    def __init__(self, path: Path, where: str, specs: Mapping[str, FieldSpec]) -> None:
+    def __init__(self, source: Path | BinaryIO, where: str, specs: Mapping[str, FieldSpec]) -> None:
         self._where = where
         try:
-            self._zip = zipfile.ZipFile(path)
+            self._zip = zipfile.ZipFile(source)
         except FileNotFoundError:
             raise
         except _DAMAGE as err:
@@ -152,9 +166,7 @@ class EpisodeArchive:
             self._zip.close()
             raise
         self._fields = {
-            key: member_name(key) + _SUFFIX
-            for key in specs
-            if member_name(key) + _SUFFIX in names
+            key: member_name(key) + _SUFFIX for key in specs if member_name(key) + _SUFFIX in names
         }
         self._names = names
         self._specs = specs
@@ -216,6 +228,8 @@ class EpisodeArchive:
                 _fill(handle, out)
                 if handle.read(1):  # also reaches the end, where zipfile checks the CRC-32
                     raise ValueError("trailing bytes after the array data")
+        except DatasetStateError:
+            raise
         except _DAMAGE as err:
             raise self._damaged(f"cannot read member {member!r}", err) from err
         return out
@@ -233,11 +247,11 @@ def _fill(handle: io.BufferedIOBase | Any, out: npt.NDArray[Any]) -> None:
     total = out.nbytes
     if total == 0:
         return
-    target = memoryview(out.reshape(-1, order="A").view(np.uint8))
+    target = out.reshape(-1, order="A").view(np.uint8)  # a view: out is contiguous
     position = 0
     while position < total:
         chunk = handle.read(min(_CHUNK, total - position))
         if not chunk:
             raise ValueError(f"the array data ends after {position} of {total} bytes")
-        target[position : position + len(chunk)] = chunk
+        target[position : position + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
         position += len(chunk)
