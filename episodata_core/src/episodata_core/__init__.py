@@ -29,6 +29,7 @@ from episodata_core.errors import (
 from episodata_core.manifest import Manifest
 from episodata_core.pipeline import Pipeline
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_core.stats import FieldStats
 from episodata_core.transfer import ImportReport, export_datasets, import_dataset
 from episodata_core.views import Batch, FieldGroup, Segment, Transition
 from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, VectorEpisodeWriter
@@ -49,6 +50,7 @@ __all__ = [
     "FieldGroup",
     "FieldNotFoundError",
     "FieldSpec",
+    "FieldStats",
     "FormatError",
     "ImportReport",
     "IntegrityError",

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from episodata_core.protocols import StorageBackend
     from episodata_core.registry import PluginKind
     from episodata_core.sampling.index import EpisodeFilter, Pad
+    from episodata_core.stats import FieldStats
     from episodata_core.writers import AutoresetMode
 
 __all__ = ["Dataset", "Episode", "read_manifest"]
@@ -279,6 +280,26 @@ class Dataset:
         if not 0 <= position < count:
             raise IndexError(f"episode {index} does not exist (the dataset has {count} episodes)")
         return Episode(self, position)
+
+    def stats(
+        self, fields: str | Iterable[str] | None = None, *, refresh: bool = False
+    ) -> dict[str, FieldStats]:
+        """Per-element statistics of numeric fields, keyed by qualified key.
+
+        ``count``, ``nan_count``, ``mean``, ``std``, ``min`` and ``max`` have the
+        field's per-step shape; observations and infos count all T + 1 rows of an
+        episode, actions and rewards the T steps. Computed episode by episode, stored
+        in the metadata under ``"stats"`` (unless read-only) and reused while current;
+        later calls read only what was written since. ``refresh=True`` recomputes.
+
+        Examples
+        --------
+        >>> stats = dataset.stats("state")
+        >>> normalized = (obs - stats["observation/state"].mean) / stats["observation/state"].std
+        """
+        from episodata_core.stats import dataset_stats
+
+        return dataset_stats(self, fields, refresh=refresh)
 
     # -- sampling -------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ class _VersionAction(argparse.Action):
 
 def _commands() -> tuple[Command, ...]:
     # each verb module is imported only when the parser is built
-    from episodata_core.cli import _datasets, _pipeline, _plugins, _quickstart, _transfer
+    from episodata_core.cli import _datasets, _pipeline, _plugins, _quickstart, _report, _transfer
 
     return (
         *_quickstart.COMMANDS,
@@ -63,6 +63,7 @@ def _commands() -> tuple[Command, ...]:
         *_transfer.COMMANDS,
         *_pipeline.COMMANDS,
         *_plugins.COMMANDS,
+        *_report.COMMANDS,
     )
 
 
