@@ -12,7 +12,17 @@ import pytest
 from episodata import Dataset
 from episodata_core.cli import main
 
-VERBS = ("quickstart", "info", "verify", "copy", "import", "export", "pipeline", "report", "plugins")
+VERBS = (
+    "quickstart",
+    "info",
+    "verify",
+    "copy",
+    "import",
+    "export",
+    "pipeline",
+    "report",
+    "plugins",
+)
 BACKEND = "npz_directory"
 
 
