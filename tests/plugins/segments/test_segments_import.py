@@ -117,7 +117,7 @@ def test_round_trip_reproduces_each_segment(exported):
     assert report.transitions == 2 * K_TINY
     assert report.flag_counts.terminated == 1
     assert report.flag_counts.truncated == 1
-    assert report.fields["segment_step_idx"].role == "info"
+    assert report.fields["info/segment_step_idx"].role == "info"
     record = dataset.manifest.metadata["imports"][-1]
     assert record["format"] == "offset-segments"
     assert record["episodes"]["segment_id"] == ["toy/000", "toy/001"]

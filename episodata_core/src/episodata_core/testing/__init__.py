@@ -11,12 +11,32 @@ from episodata_core.testing.backend import (
     example_rows,
     example_schema,
 )
+from episodata_core.testing.exporter import ExportCase, ExporterTests, FailingExport
+from episodata_core.testing.importer import (
+    BadSource,
+    ExpectedEpisode,
+    ExpectedImport,
+    ImporterTests,
+    assert_dataset_matches,
+    assert_episode_matches,
+    assert_report_matches,
+)
 from episodata_core.testing.sampler import SamplerTests
 
 __all__ = [
     "BackendTests",
+    "BadSource",
+    "ExpectedEpisode",
+    "ExpectedImport",
+    "ExportCase",
+    "ExporterTests",
+    "FailingExport",
+    "ImporterTests",
     "PersistentBackendTests",
     "SamplerTests",
+    "assert_dataset_matches",
+    "assert_episode_matches",
+    "assert_report_matches",
     "example_rows",
     "example_schema",
 ]
