@@ -1,0 +1,3 @@
+"""Work in progress."""
+
+from __future__ import annotations
