@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session folder for fixture datasets; each test names its folders uniquely."""
+    return tmp_path_factory.mktemp("minari-sources")
