@@ -227,7 +227,9 @@ def test_validate_reports_full_locations(plugins, source_file, tmp_path, edit, m
     assert not (tmp_path / "stored").exists()
 
 
-def test_well_known_plugin_gets_an_install_hint(plugins, source_file, tmp_path):
+def test_well_known_plugin_gets_an_install_hint(hermetic_registry, source_file, tmp_path):
+    # discovery sees only an empty folder, so the well-known 'minari' is not installed
+    hermetic_registry(tmp_path)
     text = PIPELINE.format(offset=1).replace('importer = "test-npz"', 'importer = "minari"')
     with pytest.raises(SchemaError, match=r'pip install "episodata\[minari\]"'):
         Pipeline.from_toml(_write(tmp_path, text)).validate()
@@ -254,3 +256,19 @@ def test_cli_validate_and_run(plugins, source_file, tmp_path, capsys):
     bad = _write(tmp_path, PIPELINE.format(offset=2).replace("offset = 2", "offset = []"))
     assert main(["pipeline", "validate", str(bad)]) == 1
     assert "exports[0].options.offset" in capsys.readouterr().err
+
+
+def test_run_returns_the_import_report(plugins, source_file, tmp_path):
+    result = Pipeline.from_toml(_write(tmp_path, PIPELINE.format(offset=1))).run(progress=False)
+    assert result.import_report is not None
+    assert result.import_report.episodes_imported == 3
+    result.dataset.close()
+
+
+def test_bad_backend_option_is_a_located_schema_error(tmp_path):
+    from episodata import DatasetSchema, FieldSpec
+
+    schema = DatasetSchema([FieldSpec("x", shape=(), dtype="float32")])
+    with pytest.raises(SchemaError, match=r"backend 'npz_directory' option\.bogus: Extra inputs"):
+        Dataset.create(schema, tmp_path / "d", backend="npz_directory", bogus=1)
+    assert not (tmp_path / "d").exists()

@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from episodata_core import hooks, location, registry
+from episodata_core._options import validate_options
 from episodata_core._progress import progress_bar
 from episodata_core._version import __version__
 from episodata_core.errors import DatasetStateError, SchemaError
@@ -110,7 +111,7 @@ class Dataset:
             )
         name = backend or ("memory" if path is None else "zarr")
         backend_cls = registry.get_backend(name)
-        backend_options = backend_cls.Options(**options)
+        backend_options = validate_options(backend_cls, options, f"backend {name!r} option")
         manifest = Manifest(
             backend=name,
             backend_options=backend_options.model_dump(mode="json"),
@@ -186,7 +187,11 @@ class Dataset:
             raise SchemaError(
                 f"{folder!r}: backend {manifest.backend!r} cannot open stored datasets"
             )
-        opts = backend_cls.Options(**{**manifest.backend_options, **options})
+        opts = validate_options(
+            backend_cls,
+            {**manifest.backend_options, **options},
+            f"{folder!r}: backend {manifest.backend!r} option",
+        )
         store = backend_cls.open(folder, opts, writable=False)  # type: ignore[attr-defined]
         return cls(store, manifest, read_only=read_only)
 

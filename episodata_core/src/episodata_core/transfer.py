@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from episodata_core import location, registry
+from episodata_core._options import validate_options
 from episodata_core.dataset import Dataset
 from episodata_core.errors import FormatError
 
@@ -138,7 +139,7 @@ def import_dataset(
     Returns the dataset and the :class:`ImportReport`.
     """
     importer_cls: Any = registry.get_importer(importer)
-    opts = importer_cls.Options(**options)
+    opts = validate_options(importer_cls, options, f"importer {importer!r} option")
     plugin = importer_cls()
     source_path = os.fspath(source)
     schema: DatasetSchema = plugin.read_schema(source_path, opts)
@@ -206,6 +207,6 @@ def export_datasets(
     Returns the exporter's report.
     """
     exporter_cls: Any = registry.get_exporter(exporter)
-    opts = exporter_cls.Options(**options)
+    opts = validate_options(exporter_cls, options, f"exporter {exporter!r} option")
     labelled = {"dataset": datasets} if isinstance(datasets, Dataset) else dict(datasets)
     return exporter_cls().export(labelled, os.fspath(destination), opts)

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from episodata_core import registry
+from episodata_core._options import located_errors, validate_options
 from episodata_core.errors import SchemaError
 
 __all__ = [
@@ -114,19 +115,19 @@ class PipelineConfig(_Strict):
         source = self.source
         if isinstance(source, ImportSource):
             cls = _plugin("importer", source.importer, "source.importer", self)
-            _options(cls, source.options, "source.options")
+            validate_options(cls, source.options, "source.options")
             steps.append(f"import {source.path} with {source.importer}")
         else:
             steps.append(f"open {source.dataset}")
         if self.store is not None:
             backend = self.store.backend or ("zarr" if self.store.path else "memory")
             cls = _plugin("backend", backend, "store.backend", self)
-            _options(cls, self.store.options, "store.options")
+            validate_options(cls, self.store.options, "store.options")
             steps.append(f"store in {self.store.path or 'memory'} ({backend})")
         for number, export in enumerate(self.exports):
             where = f"exports[{number}]"
             cls = _plugin("exporter", export.exporter, f"{where}.exporter", self)
-            _options(cls, export.options, f"{where}.options")
+            validate_options(cls, export.options, f"{where}.options")
             steps.append(f"export to {export.path} with {export.exporter}")
         return steps
 
@@ -153,22 +154,6 @@ def _plugin(kind: registry.PluginKind, name: str, where: str, config: PipelineCo
         raise SchemaError(f"{where}: {err}") from err
 
 
-def _options(cls: Any, options: dict[str, Any], where: str) -> BaseModel:
-    try:
-        validated: BaseModel = cls.Options(**options)
-    except ValidationError as err:
-        raise SchemaError(_located(err, where)) from err
-    return validated
-
-
-def _located(err: ValidationError, prefix: str) -> str:
-    problems = []
-    for error in err.errors():
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
-        problems.append(f"{prefix}{path}: {error['msg']}")
-    return "; ".join(problems)
-
-
 def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConfig:
     """Parse a TOML file (a path) or TOML text into a validated :class:`PipelineConfig`.
 
@@ -190,7 +175,7 @@ def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConf
     try:
         config = PipelineConfig.model_validate(document)
     except ValidationError as err:
-        raise SchemaError(_located(err, "pipeline")) from err
+        raise SchemaError(located_errors(err, "pipeline")) from err
     return _rebase(config, base) if base is not None else config
 
 

@@ -64,6 +64,7 @@ class Pipeline:
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
+        self._import_report: Any = None
 
     @classmethod
     def from_toml(cls, source: str | os.PathLike[str]) -> Pipeline:
@@ -83,7 +84,9 @@ class Pipeline:
         manager.hook.on_pipeline_start(pipeline=self)
         current = "start"
         try:
+            self._import_report = None
             result = PipelineResult(dataset=self._source_step(executor, progress))
+            result.import_report = self._import_report
             current = "record provenance"
             result.dataset.update_metadata({"pipeline": self._provenance()})
             for number, export in enumerate(self.config.exports):
@@ -116,15 +119,17 @@ class Pipeline:
             name = f"source ({source.importer} import of {source.path})"
             step = Step(
                 name,
-                lambda: import_dataset(
+                partial(
+                    import_dataset,
                     source.importer,
                     source.path,
                     store.path if store else None,
                     backend=store.backend if store else None,
                     **source.options,
-                )[0],
+                ),
             )
-            dataset: Dataset = executor.execute(step)
+            dataset: Dataset
+            dataset, self._import_report = executor.execute(step)
             manager.hook.after_pipeline_step(pipeline=self, step=name)
             return dataset
         assert isinstance(source, DatasetSource)
