@@ -328,6 +328,8 @@ class Dataset:
         ``world_size`` give each distributed process a disjoint shard.
         """
         spec = WindowSpec.from_lengths(sequence_length, context_length, target_length)
+        # DataLoader workers reopen stored datasets: make what this writer holds visible
+        self.flush()
         return SegmentDataset(
             self,
             spec,
@@ -428,9 +430,10 @@ class Dataset:
         where = f"episode {self.num_episodes}"
         split = split_episode(episode, self.schema, alignment=alignment, where=where)
         rows = to_rows(split, self.schema, where=where)
-        index = self._backend.add_episode(
-            rows, terminated=split.terminated, truncated=split.truncated
-        )
+        with self._io_lock:
+            index = self._backend.add_episode(
+                rows, terminated=split.terminated, truncated=split.truncated
+            )
         self._after_episode_written(index)
         return index
 

@@ -133,11 +133,15 @@ class EpisodeWriter:
     it ongoing so that :meth:`Dataset.resume_episode` can continue it.
     """
 
-    def __init__(self, dataset: Dataset, episode: int, present: frozenset[str]) -> None:
+    def __init__(
+        self, dataset: Dataset, episode: int, present: frozenset[str], *, steps: int = 0
+    ) -> None:
         self._dataset = dataset
         self._episode = episode
         self._builder = _RowBuilder(dataset.schema, present)
         self._closed = False
+        # counted here so that error locations cost nothing on the hot path
+        self._steps = steps
 
     @classmethod
     def start(
@@ -146,7 +150,9 @@ class EpisodeWriter:
         """Validate the reset row and begin a new ongoing episode."""
         where = f"episode {dataset.num_episodes}, reset"
         rows, present = _reset_rows(dataset.schema, observation, infos, where)
-        return cls(dataset, dataset.backend.start_episode(rows), present)
+        with dataset._io_lock:
+            episode = dataset.backend.start_episode(rows)
+        return cls(dataset, episode, present)
 
     @classmethod
     def resume(cls, dataset: Dataset, episode: int) -> EpisodeWriter:
@@ -157,7 +163,7 @@ class EpisodeWriter:
             for spec in dataset.schema
             if spec.qualified_key not in table.present or table.present[spec.qualified_key][episode]
         )
-        return cls(dataset, episode, present)
+        return cls(dataset, episode, present, steps=int(table.length[episode]))
 
     @property
     def episode(self) -> int:
@@ -174,7 +180,7 @@ class EpisodeWriter:
             raise DatasetStateError(
                 f"the writer of episode {self._episode} is closed: the episode was finalized"
             )
-        return f"episode {self._episode}, step {len(self._dataset.episode(self._episode))}"
+        return f"episode {self._episode}, step {self._steps}"
 
     def add_step(self, step: Mapping[str, Any]) -> None:
         """Append one step.
@@ -193,8 +199,11 @@ class EpisodeWriter:
         return rows, terminated, truncated
 
     def _commit(self, rows: dict[str, npt.NDArray[Any]], terminated: bool, truncated: bool) -> None:
-        if rows and next(iter(rows.values())).shape[0]:
-            self._dataset.backend.append_rows(self._episode, rows)
+        count = next(iter(rows.values())).shape[0] if rows else 0
+        if count:
+            with self._dataset._io_lock:
+                self._dataset.backend.append_rows(self._episode, rows)
+            self._steps += count
         if terminated or truncated:
             self._finalize(terminated=terminated, truncated=truncated)
 
@@ -224,9 +233,10 @@ class EpisodeWriter:
         )
 
     def _finalize(self, *, terminated: bool, truncated: bool) -> None:
-        self._dataset.backend.finalize_episode(
-            self._episode, terminated=terminated, truncated=truncated
-        )
+        with self._dataset._io_lock:
+            self._dataset.backend.finalize_episode(
+                self._episode, terminated=terminated, truncated=truncated
+            )
         self._closed = True
         self._dataset._after_episode_written(self._episode)
 
@@ -294,9 +304,9 @@ class ActionOutEpisodeWriter:
             where = f"episode {self._dataset.num_episodes}, action-out step 0"
             rows, present = _reset_rows(schema, data.get("observations"), data.get("infos"), where)
             _check_acted(_RowBuilder(schema, present), acted, where)
-            self._writer = EpisodeWriter(
-                self._dataset, self._dataset.backend.start_episode(rows), present
-            )
+            with self._dataset._io_lock:
+                episode = self._dataset.backend.start_episode(rows)
+            self._writer = EpisodeWriter(self._dataset, episode, present)
         else:
             prepared = self._writer._prepare({**self._pending, **observed})
             # the action is checked now, not one step later when its row is written
@@ -398,7 +408,9 @@ class VectorEpisodeWriter:
         return _reset_rows(self._dataset.schema, observation, infos, where)
 
     def _begin(self, rows: dict[str, npt.NDArray[Any]], present: frozenset[str]) -> EpisodeWriter:
-        return EpisodeWriter(self._dataset, self._dataset.backend.start_episode(rows), present)
+        with self._dataset._io_lock:
+            episode = self._dataset.backend.start_episode(rows)
+        return EpisodeWriter(self._dataset, episode, present)
 
     def add_step(self, step: Mapping[str, Any]) -> None:
         """Record one ``envs.step(actions)``: every value has a leading ``[N]`` axis."""

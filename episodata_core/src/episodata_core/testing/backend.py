@@ -142,7 +142,9 @@ class BackendTests(Generic[B]):
         self._require_persistence()
         location = getattr(backend, "location")  # noqa: B009 (not in the base Protocol)
         backend.close()
-        opened: B = self.backend_cls.open(location, self.backend_cls.Options(**options))
+        opened: B = self.backend_cls.open(
+            location, self.backend_cls.Options(**options), writable=False
+        )
         return opened
 
     def _require_persistence(self) -> None:

@@ -1,3 +1,184 @@
-"""Zarr v3 storage backend (TensorStore I/O). Work in progress."""
+"""Zarr v3 storage backend (``backend="zarr"``); TensorStore does every array read and write.
+
+A dataset folder holds standard Zarr v3 arrays that zarr-python and TensorStore open
+directly::
+
+    manifest.json                   the core's manifest (schema, backend, provenance)
+    zarr.json                       root group; attributes["episodata"] holds the schema
+    commit.json                     the commit record: what is durable (see below)
+    data/<role>/<key>               one array per field, [rows, *shape] in the field dtype,
+                                    every finalized episode's rows back to back
+    index/episodes                  int64 [episodes, columns], one row per episode id:
+                                    row_start, length, terminated, truncated, ongoing,
+                                    present:<key>..., crc32:<key>..., entry_hash
+    ongoing/<id>/<role>/<key>       an ongoing episode's rows as of its last flush
+
+Key parts outside ``A-Z a-z 0-9 _ . -`` are percent-encoded in paths. Chunks run along
+the row axis only (``chunk_bytes`` of rows per chunk, whole rows); codecs are
+``bytes`` (little endian), a compressor, and ``crc32c`` so that a damaged chunk fails to
+read. Dtypes that Zarr v3 cannot store natively (fixed-width strings) are stored as
+uint8 with a trailing ``byte`` axis.
+
+Commits: a finalized episode's rows, flushed ongoing rows and index entries are written
+first; then ``commit.json`` is replaced atomically. It names the committed episode and
+row counts and each ongoing episode's flushed row count; anything beyond is ignored by
+readers and trimmed by the next writer. While a writer is open, arrays grow with spare
+capacity (so most commits rewrite no ``zarr.json``); closing trims them to the commit.
+Steps of ongoing episodes stay in the writer's memory until ``flush()`` or finalize:
+``append_rows`` does no I/O.
+
+TensorStore cannot run in a ``fork()`` child of a process that used it; there (a
+DataLoader worker) reads go through a helper process, see :mod:`episodata_zarr._forked`.
+"""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_zarr._options import CodecName, ZarrOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Self
+
+    from pydantic import BaseModel
+
+    from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
+    from episodata_core.schema import DatasetSchema
+    from episodata_zarr._forked import RemoteStore
+    from episodata_zarr._impl import ZarrStore
+
+__all__ = ["CodecName", "ZarrBackend", "ZarrOptions"]
+
+__version__ = "0.1.0"
+
+_FORKED = (
+    "cannot {what} a Zarr dataset in a fork() child of a process that used TensorStore "
+    "(TensorStore cannot run there); do it in the parent, or start this process with "
+    "'spawn' or 'forkserver'"
+)
+
+
+def _options(options: BaseModel) -> ZarrOptions:
+    if isinstance(options, ZarrOptions):
+        return options
+    return ZarrOptions.model_validate(options.model_dump())
+
+
+class ZarrBackend:
+    """Episodes in standard Zarr v3 arrays in a folder, read and written by TensorStore.
+
+    Finalized episodes are durable when ``finalize_episode``/``add_episode`` returns;
+    ongoing ones after ``flush()``. Any number of processes may read while one writes;
+    readers see new episodes after ``refresh()``.
+
+    Examples
+    --------
+    >>> dataset = Dataset.create(schema, path="runs/cartpole", backend="zarr")
+    """
+
+    name: ClassVar[str] = "zarr"
+    description: ClassVar[str] = (
+        "Zarr v3 arrays on disk through TensorStore; chunked, compressed, checksummed"
+    )
+    Options: ClassVar[type[BaseModel]] = ZarrOptions
+
+    def __init__(self, store: ZarrStore | RemoteStore) -> None:
+        self._store = store
+
+    @classmethod
+    def create(cls, schema: DatasetSchema, location: str | None, options: BaseModel) -> Self:
+        """Create an empty dataset in the folder ``location``."""
+        if location is None:
+            raise SchemaError(
+                "the zarr backend stores datasets in a folder: pass path=..., or use "
+                "backend='memory' for an in-memory dataset"
+            )
+        from episodata_zarr import _impl
+
+        if os.getpid() != _impl.LOADED_IN:
+            raise DatasetStateError(_FORKED.format(what="create"))
+        return cls(_impl.ZarrStore.create(schema, os.fspath(location), _options(options)))
+
+    @classmethod
+    def open(cls, location: str, options: BaseModel, *, writable: bool = False) -> Self:
+        """Open the dataset in ``location``; a writable open recovers after a crash.
+
+        In a ``fork()`` child of a process that used TensorStore (a DataLoader worker), a
+        read-only open reads through a helper process, since TensorStore cannot run there.
+        """
+        from episodata_zarr import _impl
+
+        if os.getpid() != _impl.LOADED_IN:
+            if writable:
+                raise DatasetStateError(_FORKED.format(what="open for writing"))
+            from episodata_zarr._forked import RemoteStore
+
+            return cls(RemoteStore(Path(location), _options(options)))
+        return cls(_impl.ZarrStore.open(os.fspath(location), _options(options), writable=writable))
+
+    @property
+    def schema(self) -> DatasetSchema:
+        """The dataset schema (stored in the root group's attributes)."""
+        return self._store.schema
+
+    @property
+    def location(self) -> str:
+        """The dataset folder."""
+        return str(self._store.folder)
+
+    def episode_table(self) -> EpisodeTable:
+        """Lengths and flags of every episode; views valid until the next change."""
+        return self._store.episode_table()
+
+    def start_episode(self, rows: Rows) -> int:
+        """Begin an ongoing episode; its rows stay in memory until a flush or finalize."""
+        return self._store.start_episode(rows)
+
+    def append_rows(self, episode: int, rows: Rows) -> None:
+        """Append rows to an ongoing episode; memory only, no I/O."""
+        self._store.append_rows(episode, rows)
+
+    def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
+        """Write an ongoing episode to the data arrays and commit; durable on return."""
+        self._store.finalize_episode(episode, terminated=terminated, truncated=truncated)
+
+    def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
+        """Write a finalized episode and commit; durable on return."""
+        return self._store.add_episode(rows, terminated=terminated, truncated=truncated)
+
+    def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
+        """Rows ``[start, stop)`` of one episode, ``[stop - start, *shape]`` per field."""
+        return self._store.read_rows(episode, start, stop, fields)
+
+    def gather_rows(self, request: GatherRequest) -> Rows:
+        """A batch of windows, ``[B, num_rows, *shape]`` per field; each chunk read once."""
+        return self._store.gather_rows(request)
+
+    def flush(self) -> None:
+        """Make every ongoing episode's rows durable (a no-op for read-only opens)."""
+        self._store.flush()
+
+    def refresh(self) -> None:
+        """See what other processes committed since the open or the last refresh."""
+        self._store.refresh()
+
+    def verify(self) -> list[str]:
+        """Describe every damaged file, chunk or episode; empty when all is intact."""
+        return self._store.verify()
+
+    def close(self) -> None:
+        """Flush a writer and release every TensorStore handle."""
+        self._store.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # TensorStore handles cannot cross processes: a pickled backend (a 'spawn' worker)
+        # reopens the folder read-only
+        return {"location": self.location, "options": self._store.options.model_dump()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        options = ZarrOptions.model_validate(state["options"])
+        self._store = type(self).open(state["location"], options)._store

@@ -1,0 +1,81 @@
+"""Options of the Zarr backend: chunking, codecs, sharding and TensorStore's cache."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CodecName", "ZarrOptions"]
+
+CodecName = Literal["blosc-lz4", "zstd", "blosc-zstd", "none"]
+"""A compression codec; Blosc codecs byte-shuffle dtypes wider than one byte."""
+
+
+class ZarrOptions(BaseModel):
+    """Options of the ``zarr`` backend.
+
+    Layout options (``chunk_bytes``, ``chunk_rows``, ``codec``, ``codec_level``,
+    ``field_codecs``, ``shard_chunks``) apply when a dataset is created and are stored
+    in its Zarr metadata; opening a dataset uses what is stored. ``cache_pool_bytes``
+    applies to every open.
+
+    The default codec, Blosc LZ4 with byte shuffle, was chosen by measurement
+    (``tools/choose_codec.py``): it writes and reads fastest on camera frames, rendered
+    frames and float state alike, compresses state best (byte shuffle is what makes
+    floats compress at all), and decodes noisy camera frames 3-4x faster than zstd, which
+    spends its time failing to compress noise. zstd compresses noise-free rendered frames
+    further (about 9x instead of 5x): choose it per field with ``field_codecs``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_bytes: int = Field(
+        default=256 << 10,
+        ge=1,
+        description=(
+            "Uncompressed bytes per chunk along the time (row) axis; a field gets "
+            "max(1, chunk_bytes // bytes per row) rows per chunk. Small enough that a "
+            "random segment decodes little beyond itself and finalize rewrites little."
+        ),
+    )
+    chunk_rows: dict[str, int] = Field(
+        default_factory=dict,
+        description="Rows per chunk for particular fields (by 'role/key'), overriding chunk_bytes.",
+    )
+    codec: CodecName = Field(
+        default="blosc-lz4",
+        description="Compression codec of every field unless field_codecs says otherwise.",
+    )
+    codec_level: int | None = Field(
+        default=None,
+        ge=0,
+        le=22,
+        description="Compression level; None: zstd 1, blosc-lz4 5, blosc-zstd 3.",
+    )
+    field_codecs: dict[str, CodecName] = Field(
+        default_factory=dict, description="Codec per field (by 'role/key'), overriding codec."
+    )
+    shard_chunks: int | None = Field(
+        default=None,
+        ge=2,
+        description=(
+            "Chunks per shard file along time (the Zarr sharding codec); None stores one "
+            "file per chunk. Fewer files, but finalize rewrites a whole shard."
+        ),
+    )
+    fsync: bool = Field(
+        default=True,
+        description=(
+            "Flush every write to the disk before the commit that relies on it. False "
+            "still survives a crash of the writing process, but not of the machine."
+        ),
+    )
+    cache_pool_bytes: int = Field(
+        default=256 << 20,
+        ge=0,
+        description=(
+            "TensorStore cache pool for decoded chunks, shared by every array of the "
+            "dataset; 0 disables caching."
+        ),
+    )

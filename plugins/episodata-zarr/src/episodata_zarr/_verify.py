@@ -1,0 +1,184 @@
+"""``verify``: check every file of a Zarr dataset against what was recorded at write time.
+
+- metadata: the root ``zarr.json`` against its CRC-32 in the commit record, group
+  ``zarr.json`` files against the fixed group document, array ``zarr.json`` files against
+  the CRC-32 of their creation metadata (shape aside) and the committed row counts;
+- the index: every entry against its ``entry_hash``;
+- data: every chunk is decoded (its CRC-32C codec catches damaged bytes), then the rows
+  of each finalized episode are checked against the CRC-32 recorded when it was written;
+- ongoing episodes: their flushed rows against the CRC-32s in the commit record.
+
+Problems are collected, never raised, so one report lists all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from episodata_core.errors import EpisodataError
+from episodata_zarr._layout import GROUP_DOCUMENT, INDEX_PATH, crc32, metadata_digest, spill_group
+from episodata_zarr._reads import result
+from episodata_zarr._table import entry_hash
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from episodata_zarr._impl import ZarrStore
+    from episodata_zarr._layout import FieldLayout
+
+__all__ = ["verify"]
+
+
+def verify(store: ZarrStore) -> list[str]:
+    """Describe every damaged file, chunk or episode of ``store``'s folder."""
+    problems = _check_metadata(store)
+    entries, found = _check_index(store)
+    problems += found
+    for key, layout in store.layouts.items():
+        problems += _check_field(store, key, layout, entries)
+    problems += _check_ongoing(store)
+    return problems
+
+
+def _expected_arrays(store: ZarrStore) -> dict[str, tuple[str, int]]:
+    """Array path -> (path whose metadata checksum applies, rows it must hold at least)."""
+    record = store.record
+    arrays = {INDEX_PATH: (INDEX_PATH, record.episodes)}
+    for key, layout in store.layouts.items():
+        arrays[layout.path] = (layout.path, record.rows)
+        for episode, ongoing in record.ongoing.items():
+            if key in store.present_keys(episode):
+                arrays[layout.spill_path(episode)] = (layout.path, ongoing.rows)
+    return arrays
+
+
+def _check_metadata(store: ZarrStore) -> list[str]:
+    problems: list[str] = []
+    record = store.record
+    folder = store.folder
+    root = folder / "zarr.json"
+    try:
+        if zlib.crc32(root.read_bytes()) != record.root:
+            problems.append(f"{root}: differs from the checksum recorded at creation")
+    except OSError as err:
+        problems.append(f"{root}: cannot be read ({err})")
+    arrays = _expected_arrays(store)
+    groups = {str(Path(p).parent) for p in arrays if "/" in p}
+    groups |= {str(Path(*Path(g).parts[:d])) for g in groups for d in range(1, len(Path(g).parts))}
+    groups |= {"data", "index", "ongoing"}
+    live = {spill_group(e) for e in record.ongoing}
+    for path in sorted(set(arrays) | groups):
+        parts = path.split("/")
+        if parts[0] == "ongoing" and len(parts) > 1 and "/".join(parts[:2]) not in live:
+            continue
+        file = folder / path / "zarr.json"
+        try:
+            document = json.loads(file.read_bytes())
+        except (OSError, ValueError) as err:
+            problems.append(f"{file}: cannot be read as Zarr metadata ({err})")
+            continue
+        if path not in arrays:
+            if document != GROUP_DOCUMENT:
+                problems.append(f"{file}: is not the group metadata it was written as")
+            continue
+        digest_path, rows = arrays[path]
+        if not isinstance(document, dict) or metadata_digest(document) != record.metadata.get(
+            digest_path
+        ):
+            problems.append(f"{file}: differs from the array metadata written at creation")
+        elif not isinstance(document.get("shape"), list) or document["shape"][0] < rows:
+            problems.append(
+                f"{file}: shape {document.get('shape')} holds fewer than the {rows} committed rows"
+            )
+    return problems
+
+
+def _check_index(store: ZarrStore) -> tuple[npt.NDArray[np.int64] | None, list[str]]:
+    """The committed index entries (None if unreadable) and their problems."""
+    episodes = store.record.episodes
+    try:
+        entries = result(store.index_store[:episodes].read(), f"{INDEX_PATH}")
+    except EpisodataError as err:
+        return None, [f"{INDEX_PATH}: cannot be read ({err})"]
+    entries = np.asarray(entries, dtype=np.int64)
+    bad = np.flatnonzero(entry_hash(entries[:, :-1]) != entries[:, -1])
+    return entries, [
+        f"{INDEX_PATH}: the entry of episode {int(e)} does not match its checksum" for e in bad
+    ]
+
+
+def _chunk_file(store: ZarrStore, layout: FieldLayout, handle: Any, row: int) -> str:
+    # default chunk key encoding: c/<row chunk>/0/... ; with sharding, the shard file
+    rows = int(handle.chunk_layout.write_chunk.shape[0])
+    name = str(store.folder / layout.path / "c" / str(row // rows))
+    return name + "/0" * (int(handle.rank) - 1)
+
+
+def _check_field(
+    store: ZarrStore, key: str, layout: FieldLayout, entries: npt.NDArray[np.int64] | None
+) -> list[str]:
+    """Decode every chunk of one field; compare each finalized episode's CRC-32."""
+    problems: list[str] = []
+    handle = store.data[key]
+    table = store.index.table()
+    stored = np.flatnonzero(~table.ongoing[: store.record.episodes])
+    if key in table.present:
+        stored = stored[table.present[key][stored]]
+    column = 5 + len(store.index_layout.optional) + store.index_layout.fields.index(key)
+    starts = store.index.row_start.view()[stored]
+    ends = starts + table.length[stored] + 1
+    order = np.argsort(starts)
+    stored, starts, ends = stored[order], starts[order], ends[order]
+    crc = np.zeros(len(stored), dtype=np.int64)
+    unreadable = np.zeros(len(stored), dtype=bool)
+    chunk = store.chunk_rows(handle)
+    total = store.record.rows
+    for lo in range(0, total, chunk):
+        hi = min(lo + chunk, total)
+        first = int(np.searchsorted(ends, lo, side="right"))
+        last = int(np.searchsorted(starts, hi, side="left"))
+        try:
+            rows = np.ascontiguousarray(result(handle[lo:hi].read(), "read"))
+        except EpisodataError as err:
+            problems.append(
+                f"field {key!r}: chunk {_chunk_file(store, layout, handle, lo)} (rows {lo}-{hi}) "
+                f"cannot be decoded: {err}"
+            )
+            unreadable[first:last] = True
+            continue
+        for i in range(first, last):
+            part = rows[max(int(starts[i]), lo) - lo : min(int(ends[i]), hi) - lo]
+            crc[i] = crc32(part, int(crc[i]))
+    if entries is None:
+        return problems  # the index is unreadable: reported already, nothing to compare
+    expected = entries[stored, column]
+    problems.extend(
+        f"episode {int(stored[i])}, field {key!r}: rows {int(starts[i])}-{int(ends[i])} of "
+        f"{store.folder / layout.path} differ from the checksum recorded when it was written"
+        for i in np.flatnonzero((crc != expected) & ~unreadable)
+    )
+    return problems
+
+
+def _check_ongoing(store: ZarrStore) -> list[str]:
+    problems: list[str] = []
+    for episode, ongoing in sorted(store.record.ongoing.items()):
+        for key in store.present_keys(episode):
+            path = os.fspath(store.folder / store.layouts[key].spill_path(episode))
+            try:
+                rows = result(store.spill_store(episode, key)[: ongoing.rows].read(), path)
+            except EpisodataError as err:
+                problems.append(f"ongoing episode {episode}, field {key!r}: {err}")
+                continue
+            if crc32(rows) != ongoing.crc32.get(key):
+                problems.append(
+                    f"ongoing episode {episode}, field {key!r}: {path} differs from the checksum "
+                    "of its last flush"
+                )
+    return problems

@@ -1,0 +1,416 @@
+"""Crashes, torn commits, damaged files, and what readers and recovery make of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorstore as ts
+from _zarr_helpers import check_episode, make_backend, open_backend, rows_of
+
+from episodata_core.dataset import Dataset
+from episodata_core.errors import DatasetStateError, EpisodataError
+from episodata_core.protocols import GatherRequest
+from episodata_core.testing import example_rows, example_schema
+
+# A writer that interleaves up to three episodes, resumes recovered ongoing ones, adds
+# whole episodes, flushes at random, and runs until it is killed.
+_WRITER = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from _zarr_helpers import rows_of
+from episodata_zarr import ZarrBackend, ZarrOptions
+
+backend = ZarrBackend.open(sys.argv[2], ZarrOptions(), writable=True)
+rng = np.random.default_rng(int(sys.argv[3]))
+table = backend.episode_table()
+ongoing = {int(e): int(table.length[e]) + 1 for e in np.flatnonzero(table.ongoing)}
+print("ready", flush=True)
+while True:
+    if len(ongoing) < 3 and rng.random() < 0.3:
+        episode = len(backend.episode_table())
+        rows = rows_of(backend.schema, episode)
+        if rng.random() < 0.3:
+            backend.add_episode(rows, terminated=True, truncated=False)
+        else:
+            backend.start_episode({k: v[:1] for k, v in rows.items()})
+            ongoing[episode] = 1
+    elif ongoing:
+        episode = int(rng.choice(sorted(ongoing)))
+        rows = rows_of(backend.schema, episode)
+        done = ongoing[episode]
+        if done < len(rows["observation/state"]):
+            backend.append_rows(episode, {k: v[done : done + 1] for k, v in rows.items()})
+            ongoing[episode] += 1
+        else:
+            backend.finalize_episode(episode, terminated=False, truncated=True)
+            del ongoing[episode]
+    if rng.random() < 0.1:
+        backend.flush()
+"""
+
+
+def _crash_trials(folder: Path, trials: int, seed: int) -> int:
+    make_backend(folder).close()
+    rng = np.random.default_rng(seed)
+    for trial in range(trials):
+        with subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(Path(__file__).parent), str(folder), str(trial)],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as process:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "ready"
+            time.sleep(float(rng.uniform(0.05, 0.6)))
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        # a read-only open sees the committed state; the writable open recovers it
+        reader = open_backend(folder)
+        committed = len(reader.episode_table())
+        reader.close()
+        backend = open_backend(folder, writable=True)
+        table = backend.episode_table()
+        assert len(table) == committed
+        for episode in range(len(table)):
+            check_episode(backend, episode)
+        assert backend.verify() == []
+        backend.close()
+    return committed
+
+
+def test_killed_interleaved_writer_recovers(tmp_path: Path) -> None:
+    assert _crash_trials(tmp_path / "ds", trials=3, seed=0) > 0
+
+
+@pytest.mark.slow
+def test_killed_interleaved_writer_recovers_soak(tmp_path: Path) -> None:
+    for run in range(10):
+        _crash_trials(tmp_path / f"run{run}", trials=5, seed=run)
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_ids_stay_contiguous_without_a_flush(tmp_path: Path) -> None:
+    schema = example_schema()
+    writer = make_backend(tmp_path / "ds")
+    waiting = writer.start_episode({k: v[:2] for k, v in rows_of(schema, 0).items()})
+    writer.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
+    # episode 1 is durable, so episode 0 must be too: at least its first rows, still ongoing
+    reader = open_backend(tmp_path / "ds")
+    table = reader.episode_table()
+    assert table.ongoing.tolist() == [True, False]
+    assert table.length.tolist() == [1, 2]
+    check_episode(reader, 0)
+    check_episode(reader, 1)
+    reader.close()
+    writer.append_rows(waiting, {k: v[2:] for k, v in rows_of(schema, 0).items()})
+    writer.finalize_episode(waiting, terminated=True, truncated=False)
+    writer.close()
+    reopened = open_backend(tmp_path / "ds")
+    assert reopened.episode_table().ongoing.tolist() == [False, False]
+    check_episode(reopened, 0)
+    assert not (tmp_path / "ds" / "ongoing" / "0").exists()  # its spill went at close
+    reopened.close()
+
+
+def test_torn_commit_is_ignored_then_trimmed(tmp_path: Path) -> None:
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    before = (folder / "commit.json").read_bytes()
+    # everything of a second commit lands except its commit record: a crash before rename
+    writer.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
+    writer.start_episode(rows_of(schema, 2))
+    writer.flush()
+    writer.close()
+    (folder / "commit.json").write_bytes(before)
+    reader = open_backend(folder)
+    assert len(reader.episode_table()) == 1
+    check_episode(reader, 0)
+    reader.close()
+    backend = open_backend(folder, writable=True)
+    assert len(backend.episode_table()) == 1
+    assert not (folder / "ongoing" / "2").exists()  # an uncommitted flush is dropped
+    rows = json.loads((folder / "data" / "observation" / "state" / "zarr.json").read_text())
+    assert rows["shape"][0] == 2  # trimmed to the committed rows
+    # the stale rows beyond the commit are overwritten by the next episode
+    assert backend.add_episode(rows_of(schema, 1), terminated=True, truncated=False) == 1
+    backend.close()
+    reopened = open_backend(folder)
+    check_episode(reopened, 1)
+    assert reopened.verify() == []
+    reopened.close()
+
+
+def test_failed_opens_change_no_file(tmp_path: Path) -> None:
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    writer.start_episode(rows_of(schema, 1))
+    writer.flush()
+    # leave torn state behind, as a crashed writer would
+    writer.add_episode(rows_of(schema, 2), terminated=True, truncated=False)
+    (folder / "commit.json").write_bytes(b"")
+    writer._store.closed = True  # a crash: no close-time trimming or cleanup
+    folder_copy = tmp_path / "copy"
+    shutil.copytree(folder, folder_copy)
+    with pytest.raises(EpisodataError, match=r"commit\.json"):
+        open_backend(folder_copy)
+    before = _snapshot(folder_copy)
+    with pytest.raises(EpisodataError):
+        open_backend(folder_copy, writable=True)
+    assert _snapshot(folder_copy) == before
+
+
+def test_reader_leaves_files_alone_after_a_crash(tmp_path: Path) -> None:
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    committed = (folder / "commit.json").read_bytes()
+    writer.start_episode(rows_of(schema, 1))
+    writer.flush()
+    writer.add_episode(rows_of(schema, 2), terminated=True, truncated=False)
+    writer._store.closed = True
+    (folder / "commit.json").write_bytes(committed)
+    before = _snapshot(folder)
+    reader = open_backend(folder)
+    reader.refresh()
+    check_episode(reader, 0)
+    assert reader.verify() == []
+    reader.close()
+    assert _snapshot(folder) == before
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda data: data[: len(data) // 2], "not valid JSON"),
+        (lambda data: b"", "not valid JSON"),
+        (lambda data: data.replace(b'"rows": ', b'"rows": 1'), "checksum does not match"),
+        (lambda data: b"[1, 2]", "no 'crc32' member"),
+    ],
+    ids=["truncated", "empty", "edited", "not-a-record"],
+)
+def test_damaged_commit_record_is_a_clear_error(tmp_path: Path, damage: Any, message: str) -> None:
+    schema = example_schema()
+    dataset = Dataset.create(schema, tmp_path / "ds", backend="zarr")
+    dataset.add_episode(
+        {
+            "initial_observation": {
+                "state": np.zeros(3, np.float32),
+                "camera": np.zeros((2, 4, 4), np.uint8),
+            },
+            "observations": {
+                "state": np.ones((2, 3), np.float32),
+                "camera": np.ones((2, 2, 4, 4), np.uint8),
+            },
+            "actions": {
+                "camera": np.ones((2, 2), np.float32),
+                "keyboard/jump": np.array([True, False]),
+            },
+            "rewards": np.ones(2, np.float32),
+            "initial_info": {"step_idx": np.int64(0)},
+            "infos": {"step_idx": np.array([1, 2])},
+        }
+    )
+    dataset.close()
+    record = tmp_path / "ds" / "commit.json"
+    record.write_bytes(damage(record.read_bytes()))
+    with pytest.raises(EpisodataError, match=message) as caught:
+        Dataset.open(tmp_path / "ds")
+    assert "commit.json" in str(caught.value)
+
+
+def test_missing_commit_record(tmp_path: Path) -> None:
+    make_backend(tmp_path / "ds").close()
+    (tmp_path / "ds" / "commit.json").unlink()
+    with pytest.raises(EpisodataError, match=r"commit\.json' is missing: the folder is not a Zarr"):
+        open_backend(tmp_path / "ds")
+
+
+def test_damaged_index_entry_is_refused(tmp_path: Path) -> None:
+    schema = example_schema()
+    backend = make_backend(tmp_path / "ds")
+    for episode in range(3):
+        backend.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
+    backend.close()
+    # a well-formed chunk (its CRC-32C is right) that says something else
+    index = ts.open(
+        {"driver": "zarr3", "kvstore": {"driver": "file", "path": f"{tmp_path}/ds/index/episodes/"}}
+    ).result()
+    entry = index[1].read().result()
+    entry[1] += 1
+    index[1].write(entry).result()
+    with pytest.raises(
+        EpisodataError, match=r"index/episodes: the index entries of episodes \[1\]"
+    ):
+        open_backend(tmp_path / "ds")
+
+
+def test_verify_names_the_episode_whose_rows_changed(tmp_path: Path) -> None:
+    schema = example_schema()
+    backend = make_backend(tmp_path / "ds")
+    for episode in range(3):
+        backend.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
+    backend.close()
+    # valid chunks with other values: only the per-episode CRC-32 can tell
+    state = ts.open(
+        {
+            "driver": "zarr3",
+            "kvstore": {"driver": "file", "path": f"{tmp_path}/ds/data/observation/state/"},
+        }
+    ).result()
+    state[3].write(np.array([9, 9, 9], dtype=np.float32)).result()
+    reader = open_backend(tmp_path / "ds")
+    problems = reader.verify()
+    reader.close()
+    assert len(problems) == 1
+    assert problems[0].startswith("episode 1, field 'observation/state': rows 2-5 of")
+    assert "differ from the checksum recorded when it was written" in problems[0]
+
+
+def test_reads_of_a_damaged_chunk_raise(tmp_path: Path) -> None:
+    schema = example_schema()
+    backend = make_backend(tmp_path / "ds")
+    backend.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
+    backend.close()
+    chunk = tmp_path / "ds" / "data" / "observation" / "camera" / "c" / "0" / "0" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    reader = open_backend(tmp_path / "ds")
+    with pytest.raises(EpisodataError, match=r"episode 0, field 'observation/camera'.*c/0/0/0/0"):
+        reader.read_rows(0, 0, 2, ["observation/camera"])
+    problems = reader.verify()
+    assert len(problems) == 1
+    assert "field 'observation/camera': chunk" in problems[0]
+    assert "cannot be decoded" in problems[0]
+    reader.close()
+
+
+def test_reader_follows_an_episode_finalized_since_its_refresh(tmp_path: Path) -> None:
+    schema = example_schema()
+    writer = make_backend(tmp_path / "ds")
+    rows = rows_of(schema, 1)
+    episode = writer.start_episode({k: v[:3] for k, v in rows.items()})
+    writer.flush()
+    reader = open_backend(tmp_path / "ds")
+    assert reader.episode_table().ongoing.tolist() == [True]
+    writer.append_rows(episode, {k: v[3:] for k, v in rows.items()})
+    writer.finalize_episode(episode, terminated=True, truncated=False)
+    writer.close()  # removes the spill the reader last saw
+    window = reader.read_rows(0, 0, 3, ["observation/state"])
+    np.testing.assert_array_equal(window["observation/state"], rows["observation/state"][:3])
+    assert reader.episode_table().ongoing.tolist() == [False]  # it refreshed on the way
+    reader.close()
+
+
+def test_pickled_backend_reopens_read_only(tmp_path: Path) -> None:
+    schema = example_schema()
+    writer = make_backend(tmp_path / "ds")
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    copy = pickle.loads(pickle.dumps(writer))
+    check_episode(copy, 0)
+    with pytest.raises(DatasetStateError, match="opened read-only"):
+        copy.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
+    copy.close()
+    writer.close()
+
+
+def test_use_after_close_is_refused(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path / "ds")
+    backend.close()
+    with pytest.raises(DatasetStateError, match="is closed"):
+        backend.read_rows(0, 0, 1, ["observation/state"])
+    rows = example_rows(example_schema(), 2, seed=0)
+    with pytest.raises(DatasetStateError, match="is closed"):
+        backend.add_episode(rows, terminated=True, truncated=False)
+
+
+def _in_fork_child(work: Any) -> Any:
+    """Run ``work()`` in a fork() child (as a DataLoader worker would); return its result."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read_end)
+        try:
+            answer = {"ok": work()}
+        except Exception as err:  # noqa: BLE001 - everything goes back to the parent
+            answer = {"error": f"{type(err).__name__}: {err}"}
+        os.write(write_end, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = json.loads(pipe.read() or b'{"error": "the child died"}')
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, "the child crashed (TensorStore aborts forked processes that use it)"
+    return answer
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_forked_child_reads_through_a_helper(tmp_path: Path) -> None:
+    schema = example_schema()
+    writer = make_backend(tmp_path / "ds")
+    for episode in range(3):
+        writer.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
+    writer.start_episode(rows_of(schema, 3))
+    expected = {e: rows_of(schema, e)["observation/state"].tolist() for e in range(4)}
+
+    def inherited() -> Any:
+        # the parent's own backend: stored rows via the helper, unflushed ones from memory
+        rows = [writer.read_rows(e, 0, len(expected[e]), ["observation/state"]) for e in range(4)]
+        request = GatherRequest(
+            np.array([0, 2, 3]),
+            np.zeros(3, np.int64),
+            np.array([2, 2, 2]),
+            np.zeros(3, np.int64),
+            2,
+            ("observation/state",),
+        )
+        batch = writer.gather_rows(request)["observation/state"].tolist()
+        return [r["observation/state"].tolist() for r in rows], batch
+
+    state, batch = _in_fork_child(inherited)["ok"]
+    assert state == [expected[e] for e in range(4)]
+    assert batch == [expected[0][:2], expected[2][:2], expected[3][:2]]
+
+    def reopened() -> Any:
+        # what a DataLoader worker does: open the folder again, read-only
+        backend = open_backend(tmp_path / "ds")
+        table = backend.episode_table()
+        rows = backend.read_rows(1, 0, 3, ["observation/state"])["observation/state"].tolist()
+        problems = backend.verify()
+        backend.close()
+        return len(table), rows, problems
+
+    count, rows, problems = _in_fork_child(reopened)["ok"]
+    assert count == 3  # the unflushed episode is not durable, so not visible
+    assert rows == expected[1][:3]
+    assert problems == []
+    refused = _in_fork_child(
+        lambda: writer.add_episode(rows_of(schema, 4), terminated=True, truncated=False)
+    )
+    assert "inherited through fork()" in refused["error"]
+    refused = _in_fork_child(lambda: open_backend(tmp_path / "ds", writable=True))
+    assert "cannot open for writing a Zarr dataset in a fork() child" in refused["error"]
+    writer.close()
