@@ -227,6 +227,22 @@ SECTIONS: tuple[Section, ...] = (
                 ),
             ),
             Group(
+                "Helpers for importer authors",
+                "Warnings, reports, source records and optional dependencies, in "
+                "`episodata_core.importing`.",
+                tuple(
+                    f"episodata_core.importing:{name}"
+                    for name in (
+                        "WarningLog",
+                        "field_reports",
+                        "file_sha256",
+                        "flag_counts",
+                        "require_module",
+                        "source_record",
+                    )
+                ),
+            ),
+            Group(
                 "Registry",
                 "Entry-point discovery and lookup, in `episodata_core.registry`. Nothing is "
                 "read at import; the first lookup reads the entry points once.",

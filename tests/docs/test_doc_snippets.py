@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import re
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,40 +28,6 @@ from _doc_blocks import (
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-# README.md belongs to the project lead. Until its commands that cannot run inside the
-# test suite carry the <!-- no-run --> marker (or sit in blocks of their own), its bash
-# lines that start with these commands are left out: installing the published package,
-# and re-running the suite or the linters from within it. Each prefix must still match
-# a README line, so the list cannot go stale silently.
-README_NOT_RUN: dict[str, str] = {
-    "pip install ": "installs the published distribution from the package index",
-    "uv run pytest": "runs the test suite from inside itself",
-    "uv run ruff": "the suite runs the linters itself (tests/test_code_quality.py)",
-    "uv run mypy": "the suite runs mypy itself (tests/test_code_quality.py)",
-}
-
-# README blocks known to fail today, reported to the lead; each must still fail
-# (strictly, like xfail_strict), so a fixed block has to leave this list.
-README_KNOWN_FAILURES: dict[str, str] = {
-    "segment.obs.camera               # attribute access": (
-        "continues the CartPole quick start, whose observation role is one bare array, "
-        "so there is no 'camera' to access"
-    ),
-}
-
-
-def _without_commands(block: Block, prefixes: dict[str, str]) -> tuple[Block, set[str]]:
-    """``block`` without the lines that start with one of ``prefixes``; the prefixes used."""
-    kept, used = [], set()
-    for line in block.code.splitlines():
-        prefix = next((p for p in prefixes if line.strip().startswith(p)), None)
-        if prefix is None:
-            kept.append(line)
-        else:
-            used.add(prefix)
-            kept.append("")  # keep the line numbers of the rest
-    return replace(block, code="\n".join(kept) + "\n"), used
 
 
 def _blocks(path: Path) -> list[Block]:
@@ -101,36 +66,17 @@ def test_document_runs(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     env = shell_environment(tmp_path / ".docs-bin")
-    is_readme = path.name == "README.md"
-    not_run = dict(README_NOT_RUN) if is_readme else {}
-    unused = set(not_run)
-    known = dict(README_KNOWN_FAILURES) if is_readme else {}
     namespace: dict[str, object] = {"__name__": "__main__"}
     for block in _blocks(path):
         if block.language not in PYTHON | SHELL or block.no_run:
             continue
-        if not_run and block.language in SHELL:
-            block, used = _without_commands(block, not_run)
-            unused.difference_update(used)
-            if not block.first_line:
-                continue
-        expected_failure = known.pop(block.first_line, None)
         try:
             if block.language in PYTHON:
                 run_python(block, namespace)
             else:
                 run_shell(block, tmp_path, env)
         except Exception as err:
-            if expected_failure is None:
-                raise AssertionError(f"{block.where} failed: {err!r}") from err
-            continue
-        if expected_failure is not None:
-            pytest.fail(
-                f"{block.where} passes now; remove it from README_KNOWN_FAILURES "
-                f"({expected_failure})"
-            )
-    assert not unused, f"README_NOT_RUN entries match no README line: {sorted(unused)}"
-    assert not known, f"README_KNOWN_FAILURES entries match no README block: {sorted(known)}"
+            raise AssertionError(f"{block.where} failed: {err!r}") from err
     # streams and datasets the document left open are released here, not in a later test
     namespace.clear()
     gc.collect()

@@ -7,7 +7,6 @@ import contextlib
 import h5py
 import numpy as np
 import pytest
-from pydantic import ValidationError
 from tests.fixtures.hdf5_sources import (
     check_dataset,
     swm_action_in,
@@ -19,7 +18,7 @@ from tests.fixtures.hdf5_sources import (
 )
 
 import episodata
-from episodata_core.errors import EpisodataError, EpisodataImportWarning, FormatError
+from episodata_core.errors import EpisodataError, EpisodataImportWarning, FormatError, SchemaError
 from episodata_core.registry import get_backend
 
 S, A, R = "observation/state", "action/action", "reward/reward"
@@ -197,7 +196,7 @@ def test_roles_override_the_defaults(sources):
     # NaN diagnostics are fine as info; as an observation they are reported
     dataset, _ = _import(path, roles={"success": "observation"}, expect_warnings=["non_finite"])
     assert "observation/success" in dataset.schema
-    with pytest.raises(ValidationError, match="roles cannot override"):
+    with pytest.raises(SchemaError, match="roles cannot override"):
         _import(path, roles={"action": "info"})
 
 

@@ -65,7 +65,11 @@ COMMANDS: tuple[Command, ...] = (
         help="record CartPole-v1 episodes into a dataset, then read and sample them",
         run=_cmd_quickstart,
         arguments=(
-            arg("--path", default="cartpole", help="dataset folder (default: ./cartpole)"),
+            arg(
+                "--path",
+                default="quickstart-cartpole",
+                help="dataset folder (default: ./quickstart-cartpole)",
+            ),
             arg("--backend", help="backend of a new dataset (default: zarr)"),
             arg("--episodes", type=int, default=20, help="episodes to record (default: 20)"),
             arg("--seed", type=int, default=0, help="seed of env, actions and sampling"),

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.importing import require_module
 from episodata_d4rl._options import D4RLOptions, FieldNames
-from episodata_d4rl._report import D4RLReport, require_h5py
+from episodata_d4rl._report import D4RLReport
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -45,14 +46,14 @@ class D4RLImporter:
 
     def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
         """The schema of the episodes in ``source``; reads headers only."""
-        require_h5py()
+        _require_h5py()
         from episodata_d4rl._impl import read_schema
 
         return read_schema(source, _options(options))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Validate ``source`` completely, then append its episodes to ``dataset``."""
-        require_h5py()
+        _require_h5py()
         from episodata_d4rl._impl import import_file
 
         return import_file(source, dataset, _options(options))
@@ -62,3 +63,11 @@ def _options(options: BaseModel) -> D4RLOptions:
     if isinstance(options, D4RLOptions):
         return options
     return D4RLOptions.model_validate(options.model_dump())
+
+
+def _require_h5py() -> None:
+    require_module(
+        "h5py",
+        feature="the d4rl importer reads HDF5 files",
+        install='pip install "episodata[d4rl]"',
+    )

@@ -14,17 +14,12 @@ import h5py
 import numpy as np
 
 from episodata_core.errors import FormatError
+from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
 from episodata_core.transfer import ImportResult
 from episodata_d4rl._boundaries import END_REASONS, find_episodes, plan_episodes
 from episodata_d4rl._layout import inspect_file, open_file
 from episodata_d4rl._metadata import metadata_tree
-from episodata_d4rl._report import (
-    D4RLReport,
-    WarningLog,
-    field_reports,
-    flag_counts,
-    source_record,
-)
+from episodata_d4rl._report import D4RLReport
 from episodata_d4rl._write import write_episodes
 
 if TYPE_CHECKING:
@@ -73,7 +68,7 @@ def import_file(path: str, dataset: Dataset, options: D4RLOptions) -> ImportResu
     """Validate ``path`` completely, then append its episodes to ``dataset``."""
     with open_file(path) as handle:
         layout = inspect_file(handle, path, options)
-        log = WarningLog(repr(path))
+        log = WarningLog(repr(path), package="episodata_d4rl")
         for code, message, count in layout.warnings:
             log.add(code, message, count)
         terminals = _flags(handle, path, "terminals")

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.importing import require_module
 from episodata_lewm._options import EpisodeSlice, LeWMOptions
-from episodata_lewm._report import LeWMReport, require_h5py
+from episodata_lewm._report import LeWMReport
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -47,14 +48,14 @@ class LeWMImporter:
 
     def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
         """The schema of the episodes in ``source``; reads headers and string lengths."""
-        require_h5py()
+        _require_h5py()
         from episodata_lewm._impl import read_schema
 
         return read_schema(source, _options(options))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Validate ``source`` completely, then append its episodes to ``dataset``."""
-        require_h5py()
+        _require_h5py()
         from episodata_lewm._impl import import_file
 
         return import_file(source, dataset, _options(options))
@@ -64,3 +65,11 @@ def _options(options: BaseModel) -> LeWMOptions:
     if isinstance(options, LeWMOptions):
         return options
     return LeWMOptions.model_validate(options.model_dump(by_alias=True))
+
+
+def _require_h5py() -> None:
+    require_module(
+        "h5py",
+        feature="the lewm importer reads HDF5 files",
+        install='pip install "episodata[lewm]"',
+    )

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import FormatError
+from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
 from episodata_core.transfer import ImportResult
 from episodata_lewm._layout import build_schema, inspect_file, open_file
 from episodata_lewm._options import select_episodes
-from episodata_lewm._report import LeWMReport, WarningLog, field_reports, flag_counts, source_record
+from episodata_lewm._report import LeWMReport
 from episodata_lewm._scan import scan_rows, string_widths
 from episodata_lewm._storage import check_chunks, check_filters, largest_chunk_bytes
 from episodata_lewm._windows import plan_windows, row_runs
@@ -79,7 +80,7 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
     with open_file(path, rdcc_nbytes=cache_bytes) as handle:
         prepared = _Prepared(handle, path, options)
         layout = prepared.layout
-        log = WarningLog(repr(path))
+        log = WarningLog(repr(path), package="episodata_lewm")
         for code, message, count in layout.warnings:
             log.add(code, message, count)
         full = options.validate_rows == "full"

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.importing import require_module
 from episodata_minari._options import FieldNames, MinariOptions
-from episodata_minari._report import require_h5py
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -55,14 +55,14 @@ class MinariImporter:
 
     def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
         """The schema of the episodes in ``source``; reads headers and string columns."""
-        require_h5py()
+        _require_h5py()
         from episodata_minari._impl import read_schema
 
         return read_schema(source, _options(options))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Validate ``source`` completely, then append its episodes to ``dataset``."""
-        require_h5py()
+        _require_h5py()
         from episodata_minari._impl import import_source
 
         return import_source(source, dataset, _options(options))
@@ -72,3 +72,11 @@ def _options(options: BaseModel) -> MinariOptions:
     if isinstance(options, MinariOptions):
         return options
     return MinariOptions.model_validate(options.model_dump())
+
+
+def _require_h5py() -> None:
+    require_module(
+        "h5py",
+        feature="the minari importer reads main_data.hdf5",
+        install='pip install "episodata[minari]"',
+    )

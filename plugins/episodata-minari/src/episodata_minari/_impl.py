@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import FormatError
-from episodata_core.transfer import FlagCounts, ImportReport, ImportResult
+from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
+from episodata_core.transfer import ImportReport, ImportResult
 from episodata_minari._images import decode_jpeg_rows
 from episodata_minari._layout import inspect_file, open_file
-from episodata_minari._report import WarningLog, field_reports, file_sha256
 from episodata_minari._source import KNOWN_VERSIONS, resolve_source, version_is_known
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Flags:
 def import_source(source: str, dataset: Dataset, options: MinariOptions) -> ImportResult:
     """Validate ``source`` completely, then append its episodes to ``dataset``."""
     found = resolve_source(source)
-    log = WarningLog(repr(source))
+    log = WarningLog(repr(source), package="episodata_minari", noun="dataset")
     if not version_is_known(found.minari_version):
         low, high = (".".join(map(str, v)) for v in KNOWN_VERSIONS)
         log.add(
@@ -192,30 +192,25 @@ def _result(layout: Layout, options: MinariOptions, flags: Flags, log: WarningLo
         transitions=int(steps.sum()),
         final_transitions_dropped=0,
         final_obs_source={"observations": len(imported)} if imported else {},
-        flag_counts=FlagCounts(
-            terminated=int(terminated.sum()),
-            truncated=int(truncated.sum()),
-            both=int((terminated & truncated).sum()),
-            unflagged_end=int((~terminated & ~truncated).sum()),
-        ),
+        flag_counts=flag_counts(terminated, truncated),
         warnings=list(log.records),
         fields=field_reports(layout.schema, layout.source_keys),
     )
     record = {
         "format": "minari",
-        "source": {
-            "file": Path(found.given).name,
-            # bytes and sha256 describe the data file, main_data.hdf5
-            "bytes": found.hdf5_path.stat().st_size,
-            "sha256": file_sha256(found.hdf5_path) if options.hash_source else None,
-            "dataset_id": found.dataset_id,
-            "minari_version": found.minari_version,
-            "data_format": "hdf5",
-            "total_episodes": found.total_episodes,
-            "total_steps": found.total_steps,
-            "jpeg_encoding": found.metadata.get("jpeg_encoding"),
-            "decoded_images": [leaf.source for leaf in layout.leaves if leaf.kind == "jpeg"],
-        },
+        # bytes and sha256 describe the data file, main_data.hdf5; file names the source
+        "source": source_record(
+            found.hdf5_path,
+            hash_source=options.hash_source,
+            file=Path(found.given).name,
+            dataset_id=found.dataset_id,
+            minari_version=found.minari_version,
+            data_format="hdf5",
+            total_episodes=found.total_episodes,
+            total_steps=found.total_steps,
+            jpeg_encoding=found.metadata.get("jpeg_encoding"),
+            decoded_images=[leaf.source for leaf in layout.leaves if leaf.kind == "jpeg"],
+        ),
         "alignment": {"source_convention": "action-out", "converted_at_import": True},
         "episodes": {
             "id": [entry.id for entry in imported],

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from episodata_core.errors import FormatError, SchemaError
+from episodata_core.importing import require_module
 from episodata_core.schema import DatasetSchema, FieldSpec
-from episodata_minari._report import require_pillow
 
 if TYPE_CHECKING:
     from episodata_minari._options import MinariOptions
@@ -432,7 +432,12 @@ def _allow_jpeg(
             f"bytes, observation_space Box{list(image)} uint8), as minari "
             ">= 0.5.3 writes them. Pass decode_images=True to decode them with Pillow (lossy)"
         )
-    require_pillow(f"{where}: {path}")
+    require_module(
+        "PIL.Image",
+        feature=f"{where}: {path}: decode_images=True decodes the JPEG-encoded images",
+        install="pip install Pillow",
+        distribution="Pillow",
+    )
 
 
 def _check_leaf(where: str, path: str, row: tuple[int, ...], space: SpaceLeaf | None) -> None:
