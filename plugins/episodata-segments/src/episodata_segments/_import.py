@@ -268,7 +268,7 @@ class OffsetSegmentsImporter:
             flag_counts=flags,
             warnings=archive.warnings,
             fields={
-                spec.key: FieldReport(
+                spec.qualified_key: FieldReport(
                     role=spec.role,
                     dtype=spec.dtype,
                     shape=spec.shape,
