@@ -6,7 +6,8 @@ Plugins import from here; users import the facade ``episodata``.
 from __future__ import annotations
 
 from episodata_core._version import __version__
-from episodata_core.dataset import Dataset, Episode
+from episodata_core.dataset import Dataset
+from episodata_core.episode import Episode
 from episodata_core.errors import (
     DatasetStateError,
     EpisodataDeprecationWarning,

@@ -21,7 +21,8 @@ import numpy.typing as npt
 from episodata_core.errors import SchemaError
 
 if TYPE_CHECKING:
-    from episodata_core.dataset import Dataset, Episode
+    from episodata_core.dataset import Dataset
+    from episodata_core.episode import Episode
 
 __all__ = ["Pad", "SegmentIndex", "WindowSpec"]
 
@@ -148,7 +149,7 @@ class SegmentIndex:
         windows[:known] = self._windows
         counts = self._count(table.length[changed].astype(np.int64))
         if self._filter is not None:
-            from episodata_core.dataset import Episode
+            from episodata_core.episode import Episode
 
             keep = np.array(
                 [bool(self._filter(Episode(self._dataset, int(e)))) for e in changed], dtype=bool

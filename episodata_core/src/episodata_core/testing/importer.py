@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from episodata_core.dataset import Episode
+    from episodata_core.episode import Episode
     from episodata_core.registry import PluginKind
     from episodata_core.schema import DatasetSchema
     from episodata_core.transfer import ImportReport
