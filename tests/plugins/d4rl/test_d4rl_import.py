@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 
 import h5py
 import numpy as np
 import pytest
+from tests.fixtures._oracle import import_expecting
 from tests.fixtures.hdf5_sources import (
     TINY_METADATA,
     antmaze_like,
@@ -20,7 +21,7 @@ from tests.fixtures.hdf5_sources import (
 )
 
 import episodata
-from episodata_core.errors import EpisodataError, EpisodataImportWarning, FormatError
+from episodata_core.errors import EpisodataError, FormatError
 from episodata_core.registry import get_backend
 
 O, A, R = "observation/observation", "action/action", "reward/reward"
@@ -39,19 +40,7 @@ FIXTURES = {
 }
 
 
-def _import(path, destination=None, **options):
-    """Import, expecting exactly the warnings the caller names (none by default)."""
-    codes = options.pop("expect_warnings", ())
-    context = (
-        pytest.warns(EpisodataImportWarning, match="|".join(codes))
-        if codes
-        else contextlib.nullcontext()
-    )
-    with context as caught:
-        result = episodata.import_dataset("d4rl", path, destination, **options)
-    if codes:
-        assert {w.message.args[0].rsplit("[", 1)[1].rstrip("]") for w in caught} == set(codes)
-    return result
+_import = functools.partial(import_expecting, "d4rl")
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 
 import h5py
 import numpy as np
 import pytest
+from tests.fixtures._oracle import import_expecting
 from tests.fixtures.hdf5_sources import (
     check_dataset,
     swm_action_in,
@@ -18,7 +19,7 @@ from tests.fixtures.hdf5_sources import (
 )
 
 import episodata
-from episodata_core.errors import EpisodataError, EpisodataImportWarning, FormatError, SchemaError
+from episodata_core.errors import EpisodataError, FormatError, SchemaError
 from episodata_core.registry import get_backend
 
 S, A, R = "observation/state", "action/action", "reward/reward"
@@ -37,19 +38,7 @@ FIXTURES = {
 }
 
 
-def _import(path, destination=None, **options):
-    """Import, expecting exactly the warnings the caller names (none by default)."""
-    codes = options.pop("expect_warnings", ())
-    context = (
-        pytest.warns(EpisodataImportWarning, match="|".join(codes))
-        if codes
-        else contextlib.nullcontext()
-    )
-    with context as caught:
-        result = episodata.import_dataset("lewm", path, destination, **options)
-    if codes:
-        assert {w.message.args[0].rsplit("[", 1)[1].rstrip("]") for w in caught} == set(codes)
-    return result
+_import = functools.partial(import_expecting, "lewm")
 
 
 @pytest.mark.parametrize("name", FIXTURES)
