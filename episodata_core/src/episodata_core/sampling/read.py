@@ -16,6 +16,7 @@ from episodata_core.views import Batch, Flags, Transition
 
 if TYPE_CHECKING:
     from episodata_core.dataset import Dataset
+    from episodata_core.protocols import EpisodeTable
     from episodata_core.sampling.index import Pad
 
 __all__ = ["read_transitions", "read_windows"]
@@ -39,7 +40,7 @@ def read_windows(
     with dataset._io_lock:
         table = dataset.backend.episode_table()
         lengths = table.length[episodes].astype(np.int64)
-        episode_flags = table_flags(dataset, episodes)
+        episode_flags = table_flags(table, episodes)
     short = lengths < length
     counts = np.where(short, lengths + 1, length + 1)
     offsets = np.where(short, length - lengths, 0) if pad == "prefix" else np.zeros_like(counts)
@@ -58,10 +59,9 @@ def read_windows(
 
 
 def table_flags(
-    dataset: Dataset, episodes: npt.NDArray[np.int64]
+    table: EpisodeTable, episodes: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Episode-level ``terminated`` and ``truncated`` of finalized episodes, else False."""
-    table = dataset.backend.episode_table()
     finalized = ~np.asarray(table.ongoing[episodes], dtype=bool)
     terminated = np.asarray(table.terminated[episodes], dtype=bool) & finalized
     truncated = np.asarray(table.truncated[episodes], dtype=bool) & finalized
