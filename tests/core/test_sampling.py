@@ -16,14 +16,18 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
 from episodata import Batch, Dataset, DatasetSchema, FieldSpec, Segment, Transition
 from episodata_core.errors import DatasetStateError
+from episodata_core.protocols import default_prefetch
 from episodata_core.sampling import SegmentIndex
+
+if TYPE_CHECKING:
+    import pathlib
 
 L = 4  # the default window length of these tests
 
@@ -892,3 +896,38 @@ def test_a_dropped_stream_stops_its_read_ahead_thread(dataset: Dataset) -> None:
     gc.collect()
     thread.join(timeout=10)
     assert not thread.is_alive(), "an unreachable stream kept its thread running"
+
+
+def test_memory_streams_read_in_the_callers_thread_by_default(dataset: Dataset) -> None:
+    # a memory gather is a copy holding the GIL: the backend asks for no read-ahead
+    before = read_ahead_threads()
+    stream = dataset.segment_stream(L, batch_size=4, seed=0)
+    stream.sample()
+    assert read_ahead_threads() - before == set()
+    stream.close()
+
+
+def test_file_backed_streams_read_ahead_by_default(
+    episodes: list[Ep], tmp_path: pathlib.Path
+) -> None:
+    dataset = Dataset.create(SCHEMA, tmp_path / "ds", backend="zarr")
+    for ep in episodes:
+        write(dataset, ep)
+    before = read_ahead_threads()
+    stream = dataset.segment_stream(L, batch_size=4, seed=0)
+    stream.sample()
+    assert len(read_ahead_threads() - before) == 1
+    stream.close()
+    dataset.close()
+
+
+@pytest.mark.parametrize(
+    ("declared", "expected"), [(None, 2), (0, 0), (5, 5), (-1, 2), ("3", 2), (True, 2)]
+)
+def test_default_prefetch_reads_the_backends_declaration(declared: Any, expected: int) -> None:
+    class Backend:
+        pass
+
+    if declared is not None:
+        Backend.default_prefetch = declared  # type: ignore[attr-defined]
+    assert default_prefetch(Backend) == expected

@@ -354,7 +354,7 @@ class Dataset:
         pad: Pad = "suffix",
         sampler: Any = None,
         fields: str | Iterable[str] | None = None,
-        prefetch: int = 2,
+        prefetch: int | None = None,
         rank: int = 0,
         world_size: int = 1,
     ) -> SegmentStream:
@@ -367,7 +367,9 @@ class Dataset:
         (``pad="suffix"`` or ``"prefix"``; ``None`` skips them) and ``batch.mask``
         marks real transitions. With ``context_length`` and ``target_length``,
         ``batch.context`` and ``batch.target`` split each window and share its boundary
-        row.
+        row. ``prefetch`` batches are read ahead in a background thread; ``None`` lets
+        the backend choose (none in memory, where a thread cannot overlap a copy; 2 for
+        backends that wait on files).
         """
         spec = WindowSpec.from_lengths(sequence_length, context_length, target_length)
         return SegmentStream(

@@ -193,6 +193,20 @@ class SupportsVerify(Protocol):
         ...
 
 
+def default_prefetch(backend: object) -> int:
+    """Batches a segment stream reads ahead on ``backend`` when the caller does not say.
+
+    A backend may declare a class attribute ``default_prefetch``: 0 where a gather is a
+    copy in this process's memory that holds the GIL throughout (a read-ahead thread
+    could not overlap it with anything and would only add its hand-over cost), a
+    positive count where reads wait on I/O or decoding that releases the GIL. Backends
+    that do not declare it read 2 batches ahead.
+    """
+    value = getattr(backend, "default_prefetch", 2)
+    # a malformed declaration is a hint gone wrong, not a reason to refuse to read
+    return value if type(value) is int and value >= 0 else 2
+
+
 def supports_persistence(backend: object) -> bool:
     """Whether a backend class or instance implements :class:`SupportsPersistence`."""
     return all(callable(getattr(backend, name, None)) for name in ("open", "refresh"))

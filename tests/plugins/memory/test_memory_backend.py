@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.testing import BackendTests, example_rows
-from episodata_memory import MemoryBackend, MemoryOptions
+from episodata_memory import MemoryBackend, MemoryOptions, _gather_windows
 
 
 class TestMemoryBackend(BackendTests[MemoryBackend]):
@@ -54,3 +56,50 @@ def test_memory_backend_refuses_a_path() -> None:
 
     with pytest.raises(SchemaError, match="takes no path"):
         MemoryBackend.create(_state_schema(), "somewhere", MemoryOptions())
+
+
+# -- the window gather --------------------------------------------------------------------
+
+_DTYPES = ["bool", "uint8", "int16", "float32", "float64", "complex64"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from(_DTYPES),
+    row_shape=st.lists(st.integers(0, 4), max_size=3).map(tuple),
+    num_rows=st.integers(1, 9),
+    extra_rows=st.integers(0, 30),
+    batch=st.integers(0, 12),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_window_gather_equals_row_by_row_indexing(
+    dtype: str,
+    row_shape: tuple[int, ...],
+    num_rows: int,
+    extra_rows: int,
+    batch: int,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    total = num_rows + extra_rows
+    data = rng.integers(0, 100, size=(total, *row_shape)).astype(dtype)
+    first = rng.integers(0, total - num_rows + 1, size=batch, dtype=np.int64)
+    got = _gather_windows(data, first, num_rows)
+    want = np.zeros((batch, num_rows, *row_shape), dtype=dtype)
+    for b, start in enumerate(first):  # the oracle: one row at a time
+        for t in range(num_rows):
+            want[b, t] = data[start + t]
+    np.testing.assert_array_equal(got, want, strict=True)
+    assert not np.shares_memory(got, data)  # a copy the caller may keep
+
+
+def test_window_gather_reads_a_growable_prefix_without_touching_spare_capacity() -> None:
+    backend = MemoryBackend.create(_state_schema(), None, MemoryOptions(initial_rows=64))
+    rows = {"observation/state": np.arange(10, dtype=np.float32).reshape(5, 2)}
+    backend.add_episode(rows, terminated=True, truncated=False)
+    view = backend._rows["observation/state"].view()
+    assert view.base is not None
+    assert view.base.shape[0] > view.shape[0]  # spare rows exist
+    got = _gather_windows(view, np.array([0, 1], dtype=np.int64), 4)
+    np.testing.assert_array_equal(got[0], rows["observation/state"][0:4])
+    np.testing.assert_array_equal(got[1], rows["observation/state"][1:5])

@@ -95,10 +95,28 @@ def read_transitions(
     starts: npt.NDArray[np.int64],
     fields: tuple[str, ...],
 ) -> Transition:
-    """Read ``[B]`` single transitions (time axis removed); never padded."""
-    batch = read_windows(dataset, episodes, starts, length=1, pad=None, fields=fields)
-    flags = Flags(batch.terminated[:, 0], batch.truncated[:, 0], batch.mask[:, 0])
-    return Transition(dataset.schema, batch.buffers, flags, batched=True)
+    """Read ``[B]`` single transitions (time axis removed); never padded.
+
+    The same result as a window of length 1 through :func:`read_windows`, without its
+    padding and per-step flag arithmetic: this is the per-call cost of a replay buffer.
+    """
+    size = len(episodes)
+    request = GatherRequest(
+        episodes=episodes,
+        starts=starts,
+        counts=np.full(size, 2, dtype=np.int64),
+        offsets=np.zeros(size, dtype=np.int64),
+        num_rows=2,
+        fields=fields,
+    )
+    with dataset._io_lock:
+        table = dataset.backend.episode_table()
+        # one snapshot for flags and rows: a writer cannot move an episode in between
+        last = starts + 1 == table.length[episodes]
+        terminated, truncated = table_flags(table, episodes)
+        buffers = dataset.backend.gather_rows(request)
+    flags = Flags(terminated & last, truncated & last, np.ones(size, dtype=bool))
+    return Transition(dataset.schema, buffers, flags, batched=True)
 
 
 def stack_segments(segments: list[Any]) -> tuple[dict[str, npt.NDArray[Any]], Flags]:

@@ -6,7 +6,9 @@ unless told otherwise). With ``shuffle=False`` it is one ordered pass over every
 exactly once; the last batch may be smaller.
 
 Read-ahead: a background thread prepares up to ``prefetch`` batches while the caller
-uses the previous ones, so backend reads overlap with training. The thread refreshes
+uses the previous ones, so backend reads overlap with training. By default the backend
+decides (see :func:`~episodata_core.protocols.default_prefetch`): in-memory gathers are
+plain copies that a thread cannot overlap, file reads wait on I/O that it can. The thread refreshes
 the segment index before each batch it draws, so episodes written meanwhile join the
 stream within ``prefetch + 1`` batches. ``state_dict()`` records the position of the
 next batch the *caller* gets, so prefetching never changes what a resumed stream
@@ -25,6 +27,7 @@ import numpy.typing as npt
 
 from episodata_core import registry
 from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.protocols import default_prefetch
 from episodata_core.sampling.index import (
     EpisodeFilter,
     Pad,
@@ -60,7 +63,7 @@ class SegmentStream:
         pad: Pad,
         sampler: Any,
         fields: tuple[str, ...],
-        prefetch: int,
+        prefetch: int | None,
         rank: int,
         world_size: int,
     ) -> None:
@@ -75,6 +78,8 @@ class SegmentStream:
         self._shuffle = shuffle
         self._pad = pad
         self._fields = fields
+        if prefetch is None:
+            prefetch = default_prefetch(dataset.backend)
         self._prefetch = max(int(prefetch), 0)
         self._rank, self._world_size = rank, world_size
         self.index = SegmentIndex(dataset, spec.length, pad=pad, filter=filter)

@@ -1,7 +1,8 @@
 """In-memory storage backend: the default when a dataset has no path.
 
 Finalized episodes live back to back in one growable array per field, so a batch of
-windows is one fancy-indexing gather per field. Ongoing episodes grow in buffers of
+windows is one gather per field: each window is a contiguous run of rows, copied as one
+item (see :func:`_gather_windows`). Ongoing episodes grow in buffers of
 their own and move into the shared arrays once, when they are finalized: appends are
 amortized O(1) and reading an ongoing episode slices its buffer instead of
 concatenating.
@@ -46,6 +47,9 @@ class MemoryBackend:
     name: ClassVar[str] = "memory"
     description: ClassVar[str] = "in-process arrays; for tests, small datasets, replay buffers"
     Options: ClassVar[type[BaseModel]] = MemoryOptions
+    # a gather here is a NumPy copy holding the GIL: a read-ahead thread cannot overlap
+    # it, and handing batches across threads cost W2 up to a quarter of its rate
+    default_prefetch: ClassVar[int] = 0
 
     def __init__(self, schema: DatasetSchema, options: MemoryOptions) -> None:
         self._schema = schema
@@ -173,28 +177,35 @@ class MemoryBackend:
         }
 
     def gather_rows(self, request: GatherRequest) -> Rows:
-        """One fancy-indexing gather per field for a whole batch of windows."""
+        """One gather per field for a whole batch of windows."""
         self._check_open()
         bases = self._row_start.view()[request.episodes]
+        first = bases + request.starts
+        if len(request) and request.is_dense and bases.min() >= 0:
+            # the common case (no padding, nothing ongoing): whole windows, one copy each
+            return {
+                key: _gather_windows(self._rows[key].view(), first, request.num_rows)
+                for key in request.fields
+            }
+        return self._gather_padded(request, bases, first)
+
+    def _gather_padded(
+        self, request: GatherRequest, bases: npt.NDArray[np.int64], first: npt.NDArray[np.int64]
+    ) -> Rows:
         ongoing = bases < 0
         steps = np.arange(request.num_rows, dtype=np.int64)
-        if request.is_dense:
-            index = (bases + request.starts)[:, None] + steps
-            valid = None
-        else:
-            within = steps[None, :] - request.offsets[:, None]
-            valid = (within >= 0) & (within < request.counts[:, None])
-            # padding positions read some real row of their own window, then get zeroed
-            last = np.maximum(request.counts - 1, 0)[:, None]
-            index = (bases + request.starts)[:, None] + np.clip(within, 0, last)
+        within = steps[None, :] - request.offsets[:, None]
+        valid = (within >= 0) & (within < request.counts[:, None])
+        # padding positions read some real row of their own window, then get zeroed
+        last = np.maximum(request.counts - 1, 0)[:, None]
+        index = first[:, None] + np.clip(within, 0, last)
         if ongoing.any():
             index[ongoing] = 0  # filled from the episodes' own buffers below
         out: dict[str, npt.NDArray[Any]] = {}
         for key in request.fields:
             data = self._rows[key].view()
             batch = data[index] if len(data) else self._zeros(key, index.shape)
-            if valid is not None:
-                batch[~valid] = 0
+            batch[~valid] = 0
             out[key] = batch
         for b in np.flatnonzero(ongoing):
             self._fill_ongoing(out, request, int(b))
@@ -243,6 +254,30 @@ class MemoryBackend:
         shared = sum(grow.nbytes for grow in self._rows.values())
         ongoing = sum(g.nbytes for buffers in self._ongoing_rows.values() for g in buffers.values())
         return shared + ongoing
+
+
+def _gather_windows(
+    data: npt.NDArray[Any], first: npt.NDArray[np.int64], num_rows: int
+) -> npt.NDArray[Any]:
+    """Rows ``first[b] : first[b] + num_rows`` of ``data`` for every ``b``: ``[B, num_rows, ...]``.
+
+    ``data[first[:, None] + arange(num_rows)]`` gives the same result, but fancy indexing
+    copies row by row through NumPy's generic iterator. Here the (overlapping) windows
+    are seen as one opaque item each, so the gather copies one contiguous block per
+    window: 1.1-11x faster for rows of 4 bytes to 12 KiB, never slower (measured).
+    The caller guarantees every window lies inside ``data``.
+    """
+    row_bytes = data.strides[0]
+    if row_bytes == 0 or not data.flags.c_contiguous:  # empty rows: no item to copy
+        rows: npt.NDArray[Any] = data[first[:, None] + np.arange(num_rows)]
+        return rows
+    windows = np.ndarray(
+        shape=(data.shape[0] - num_rows + 1,),
+        dtype=np.dtype((np.void, row_bytes * num_rows)),
+        buffer=data,
+        strides=(row_bytes,),
+    )
+    return windows[first].view(data.dtype).reshape(len(first), num_rows, *data.shape[1:])
 
 
 def _num_rows(rows: Rows) -> int:
