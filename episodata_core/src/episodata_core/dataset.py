@@ -66,6 +66,7 @@ class Dataset:
         # serializes backend access between the caller's writes and read-ahead threads
         self._io_lock = threading.RLock()
         self._transition_indexes: dict[int, SegmentIndex] = {}
+        self._resolved_fields: dict[str | None, tuple[str, ...]] = {}
         self._rng = np.random.default_rng()
 
     # -- creation -------------------------------------------------------------------------
@@ -416,6 +417,15 @@ class Dataset:
         return read_transitions(self, episodes, starts, self._field_keys(fields))
 
     def _field_keys(self, fields: str | Iterable[str] | None) -> tuple[str, ...]:
+        if fields is None or isinstance(fields, str):
+            # sampling loops pass the same selection every call; the schema never changes
+            keys = self._resolved_fields.get(fields)
+            if keys is None:
+                keys = self._resolved_fields[fields] = self._resolve_fields(fields)
+            return keys
+        return self._resolve_fields(fields)
+
+    def _resolve_fields(self, fields: str | Iterable[str] | None) -> tuple[str, ...]:
         return tuple(spec.qualified_key for spec in self.schema.resolve(fields))
 
     # -- writes ---------------------------------------------------------------------------

@@ -142,6 +142,8 @@ class SegmentIndex:
         table = self._dataset.backend.episode_table()
         total = len(table)
         known = len(self._windows)
+        if total == known and not len(self._watch):
+            return False  # the common case of a sampling loop: nothing new, nothing growing
         changed = np.concatenate([self._watch, np.arange(known, total, dtype=np.int64)])
         if not len(changed):
             return False
@@ -173,9 +175,9 @@ class SegmentIndex:
         self, positions: npt.NDArray[np.integer[Any]]
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(episodes, starts)`` of the windows at ``positions`` (``[B]`` each)."""
-        episodes = np.searchsorted(self._cumulative, positions, side="right").astype(np.int64)
+        episodes = np.searchsorted(self._cumulative, positions, side="right")
         starts = positions - (self._cumulative[episodes] - self._windows[episodes])
-        return episodes, starts.astype(np.int64)
+        return episodes.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
 
     def check_positions(self, positions: Any, source: str) -> npt.NDArray[np.int64]:
         """Validate what a sampler returned: integers in ``[0, len(index))``."""

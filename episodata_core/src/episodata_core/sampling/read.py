@@ -109,13 +109,16 @@ def read_transitions(
         num_rows=2,
         fields=fields,
     )
+    terminated = np.zeros(size, dtype=bool)
+    truncated = np.zeros(size, dtype=bool)
     with dataset._io_lock:
         table = dataset.backend.episode_table()
         # one snapshot for flags and rows: a writer cannot move an episode in between
-        last = starts + 1 == table.length[episodes]
-        terminated, truncated = table_flags(table, episodes)
+        (last,) = np.nonzero(starts + 1 == table.length[episodes])
+        # flags live on episodes' last transitions only: look up those few, not all B
+        terminated[last], truncated[last] = table_flags(table, episodes[last])
         buffers = dataset.backend.gather_rows(request)
-    flags = Flags(terminated & last, truncated & last, np.ones(size, dtype=bool))
+    flags = Flags(terminated, truncated, np.ones(size, dtype=bool))
     return Transition(dataset.schema, buffers, flags, batched=True)
 
 

@@ -181,7 +181,11 @@ class MemoryBackend:
         self._check_open()
         bases = self._row_start.view()[request.episodes]
         first = bases + request.starts
-        if len(request) and request.is_dense and bases.min() >= 0:
+        if (
+            len(request)
+            and (not self._ongoing_rows or bases.min() >= 0)  # nothing ongoing in the batch
+            and request.is_dense
+        ):
             # the common case (no padding, nothing ongoing): whole windows, one copy each
             return {
                 key: _gather_windows(self._rows[key].view(), first, request.num_rows)
