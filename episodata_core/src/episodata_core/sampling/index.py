@@ -99,6 +99,9 @@ class SegmentIndex:
         self._filter = filter
         self._windows = np.zeros(0, dtype=np.int64)  # per episode id
         self._cumulative = np.zeros(0, dtype=np.int64)  # inclusive running sum
+        # exclusive running sum: locate searches it and then reads the same entry back,
+        # one cache miss per window instead of two at 10^6 episodes
+        self._first = np.zeros(0, dtype=np.int64)
         self._watch = np.zeros(0, dtype=np.int64)  # ongoing at the last refresh
         self.version = 0
         self.refresh()
@@ -120,8 +123,10 @@ class SegmentIndex:
 
     @property
     def first_position(self) -> npt.NDArray[np.int64]:
-        """``[num_episodes]`` position of each episode's first window."""
-        return self._cumulative - self._windows
+        """``[num_episodes]`` position of each episode's first window (read-only view)."""
+        view = self._first.view()
+        view.flags.writeable = False
+        return view
 
     def _count(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         full = np.maximum(lengths - self.length + 1, 0)
@@ -167,6 +172,7 @@ class SegmentIndex:
         base = cumulative[first - 1] if first else 0
         cumulative[first:] = base + np.cumsum(windows[first:])
         self._windows, self._cumulative = windows, cumulative
+        self._first = cumulative - windows
         self._watch = changed[np.asarray(table.ongoing[changed], dtype=bool)]
         self.version += 1
         return True
@@ -175,8 +181,10 @@ class SegmentIndex:
         self, positions: npt.NDArray[np.integer[Any]]
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(episodes, starts)`` of the windows at ``positions`` (``[B]`` each)."""
-        episodes = np.searchsorted(self._cumulative, positions, side="right")
-        starts = positions - (self._cumulative[episodes] - self._windows[episodes])
+        # the last episode whose first window is at or before the position: episodes
+        # without windows share their successor's first position and are never chosen
+        episodes = np.searchsorted(self._first, positions, side="right") - 1
+        starts = positions - self._first[episodes]
         return episodes.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
 
     def check_positions(self, positions: Any, source: str) -> npt.NDArray[np.int64]:

@@ -38,23 +38,27 @@ def read_windows(
     (``pad="suffix"``) or the beginning (``"prefix"``); ``mask`` marks real transitions.
     """
     with dataset._io_lock:
+        # one snapshot for the window bounds, the flags and the rows: a writer cannot
+        # grow or finalize an episode in between
         table = dataset.backend.episode_table()
         lengths = table.length[episodes].astype(np.int64)
-        episode_flags = table_flags(table, episodes)
-    short = lengths < length
-    counts = np.where(short, lengths + 1, length + 1)
-    offsets = np.where(short, length - lengths, 0) if pad == "prefix" else np.zeros_like(counts)
-    request = GatherRequest(
-        episodes=episodes,
-        starts=starts,
-        counts=counts,
-        offsets=offsets,
-        num_rows=length + 1,
-        fields=fields,
-    )
-    with dataset._io_lock:
+        short = lengths < length
+        counts = np.where(short, lengths + 1, length + 1)
+        offsets = np.where(short, length - lengths, 0) if pad == "prefix" else np.zeros_like(counts)
+        real = counts - 1  # real transitions in each window
+        # flags live on episodes' last transitions: look up only the windows reaching one
+        (ends,) = np.nonzero((starts + real == lengths) & (real > 0))
+        end_flags = table_flags(table, episodes[ends])
+        request = GatherRequest(
+            episodes=episodes,
+            starts=starts,
+            counts=counts,
+            offsets=offsets,
+            num_rows=length + 1,
+            fields=fields,
+        )
         buffers = dataset.backend.gather_rows(request)
-    flags = _flags(episode_flags, offsets, counts - 1, starts, lengths, length)
+    flags = _flags(ends, end_flags, offsets, real, length)
     return Batch(dataset.schema, buffers, flags, split=split)
 
 
@@ -69,23 +73,20 @@ def table_flags(
 
 
 def _flags(
-    episode_flags: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
+    ends: npt.NDArray[np.intp],
+    end_flags: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
     offsets: npt.NDArray[np.int64],
     real: npt.NDArray[np.int64],
-    starts: npt.NDArray[np.int64],
-    lengths: npt.NDArray[np.int64],
     length: int,
 ) -> Flags:
-    """Per-transition flags: True only on the episode's last transition, if in the window."""
+    """Per-transition flags: set only on the last transition of windows in ``ends``."""
     steps = np.arange(length)
     mask = (steps >= offsets[:, None]) & (steps < (offsets + real)[:, None])
-    last = offsets + real - 1  # the window's last real transition
-    reaches_end = (starts + real == lengths) & (real > 0)
-    terminated = np.zeros((len(starts), length), dtype=bool)
-    truncated = np.zeros((len(starts), length), dtype=bool)
-    rows = np.flatnonzero(reaches_end)
-    terminated[rows, last[rows]] = episode_flags[0][rows]
-    truncated[rows, last[rows]] = episode_flags[1][rows]
+    last = (offsets + real - 1)[ends]  # those windows' last real transition
+    terminated = np.zeros((len(real), length), dtype=bool)
+    truncated = np.zeros((len(real), length), dtype=bool)
+    terminated[ends, last] = end_flags[0]
+    truncated[ends, last] = end_flags[1]
     return Flags(terminated, truncated, mask)
 
 
