@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from episodata_core.dataset import Dataset
-    from episodata_core.schema import DatasetSchema, Role
+    from episodata_core.schema import DatasetSchema, FieldSpec, Role
 
 __all__ = ["ActionOutEpisodeWriter", "AutoresetMode", "EpisodeWriter", "VectorEpisodeWriter"]
 
@@ -34,40 +34,55 @@ _STEP_ROLES: tuple[tuple[str, Role], ...] = (
 )
 
 
+_Declared = dict[str, tuple["FieldSpec", str]]
+_Held = tuple[tuple["FieldSpec", str], ...]
+
+
 class _RowBuilder:
     """Validates per-step values of each role against the fields an episode holds."""
 
     def __init__(self, schema: DatasetSchema, present: frozenset[str]) -> None:
         self.schema = schema
         self.present = present
+        # looked up once per role and writer, not once per step and field
+        self._fields: dict[Role, tuple[_Declared, _Held]] = {}
+
+    def _role_fields(self, role: Role) -> tuple[_Declared, _Held]:
+        """The role's fields by key, and those of them this episode holds."""
+        fields = self._fields.get(role)
+        if fields is None:
+            declared = {spec.key: (spec, spec.qualified_key) for spec in self.schema.by_role(role)}
+            held = tuple(pair for pair in declared.values() if pair[1] in self.present)
+            fields = self._fields[role] = (declared, held)
+        return fields
 
     def role_rows(
         self, role: Role, value: Any, where: str, count: int | None
     ) -> dict[str, npt.NDArray[Any]]:
         """Rows of one role; ``count`` is the leading step axis, ``None`` for one step."""
         given = flatten(value, role) if value is not None else {}
+        declared, held = self._role_fields(role)
         rows: dict[str, npt.NDArray[Any]] = {}
         for key, item in given.items():
-            try:
-                spec = self.schema.field(role, key)
-            except KeyError:
-                declared = [s.key for s in self.schema.by_role(role)]
+            found = declared.get(key)
+            if found is None:
                 raise FieldNotFoundError(
                     f"{where}: unknown {role} field {key!r} (the schema's {role} fields are "
-                    f"{declared})"
-                ) from None
-            if spec.qualified_key not in self.present:
+                    f"{list(declared)})"
+                )
+            spec, qualified_key = found
+            if qualified_key not in self.present:
                 raise SchemaError(
                     f"{where}: optional {role} field {key!r} is absent from this episode "
                     "(it was not given at the reset); give an optional field on every step "
                     "or on none"
                 )
             if count is None:
-                rows[spec.qualified_key] = coerce(item, spec, where=where)[None]
+                rows[qualified_key] = coerce(item, spec, where=where)[None]
             else:
-                rows[spec.qualified_key] = coerce(item, spec, where=where, leading=(count,))
-        for spec in self.schema.by_role(role):
-            if spec.qualified_key in self.present and spec.qualified_key not in rows:
+                rows[qualified_key] = coerce(item, spec, where=where, leading=(count,))
+        for spec, qualified_key in held:
+            if qualified_key not in rows:
                 kind = "optional" if spec.optional else "required"
                 raise SchemaError(
                     f"{where}: {kind} {role} field {spec.key!r} is missing (given: "
