@@ -34,6 +34,7 @@ __all__ = [
     "flatten",
     "split_episode",
     "split_step",
+    "step_key_spellings",
     "to_rows",
 ]
 
@@ -392,6 +393,11 @@ def split_step(step: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(step, Mapping):
         raise SchemaError(f"{where}: expected a dict, got {type(step).__name__}")
     return canonical_keys(step, _STEP_KEYS, where)
+
+
+def step_key_spellings() -> dict[str, str]:
+    """Every accepted spelling of a step key, mapped to its canonical key."""
+    return {alias: canonical for alias, canonical in _CANONICAL.items() if canonical in _STEP_KEYS}
 
 
 def coerce(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
+from episodata_core._step_plan import StepPlan
 from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaError
 from episodata_core.normalize import coerce, flatten, split_step
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from episodata_core.dataset import Dataset
-    from episodata_core.schema import DatasetSchema, Role
+    from episodata_core.schema import DatasetSchema, FieldSpec, Role
 
 __all__ = ["ActionOutEpisodeWriter", "AutoresetMode", "EpisodeWriter", "VectorEpisodeWriter"]
 
@@ -34,40 +35,55 @@ _STEP_ROLES: tuple[tuple[str, Role], ...] = (
 )
 
 
+_Declared = dict[str, tuple["FieldSpec", str]]
+_Held = tuple[tuple["FieldSpec", str], ...]
+
+
 class _RowBuilder:
     """Validates per-step values of each role against the fields an episode holds."""
 
     def __init__(self, schema: DatasetSchema, present: frozenset[str]) -> None:
         self.schema = schema
         self.present = present
+        # looked up once per role and writer, not once per step and field
+        self._fields: dict[Role, tuple[_Declared, _Held]] = {}
+
+    def _role_fields(self, role: Role) -> tuple[_Declared, _Held]:
+        """The role's fields by key, and those of them this episode holds."""
+        fields = self._fields.get(role)
+        if fields is None:
+            declared = {spec.key: (spec, spec.qualified_key) for spec in self.schema.by_role(role)}
+            held = tuple(pair for pair in declared.values() if pair[1] in self.present)
+            fields = self._fields[role] = (declared, held)
+        return fields
 
     def role_rows(
         self, role: Role, value: Any, where: str, count: int | None
     ) -> dict[str, npt.NDArray[Any]]:
         """Rows of one role; ``count`` is the leading step axis, ``None`` for one step."""
         given = flatten(value, role) if value is not None else {}
+        declared, held = self._role_fields(role)
         rows: dict[str, npt.NDArray[Any]] = {}
         for key, item in given.items():
-            try:
-                spec = self.schema.field(role, key)
-            except KeyError:
-                declared = [s.key for s in self.schema.by_role(role)]
+            found = declared.get(key)
+            if found is None:
                 raise FieldNotFoundError(
                     f"{where}: unknown {role} field {key!r} (the schema's {role} fields are "
-                    f"{declared})"
-                ) from None
-            if spec.qualified_key not in self.present:
+                    f"{list(declared)})"
+                )
+            spec, qualified_key = found
+            if qualified_key not in self.present:
                 raise SchemaError(
                     f"{where}: optional {role} field {key!r} is absent from this episode "
                     "(it was not given at the reset); give an optional field on every step "
                     "or on none"
                 )
             if count is None:
-                rows[spec.qualified_key] = coerce(item, spec, where=where)[None]
+                rows[qualified_key] = coerce(item, spec, where=where)[None]
             else:
-                rows[spec.qualified_key] = coerce(item, spec, where=where, leading=(count,))
-        for spec in self.schema.by_role(role):
-            if spec.qualified_key in self.present and spec.qualified_key not in rows:
+                rows[qualified_key] = coerce(item, spec, where=where, leading=(count,))
+        for spec, qualified_key in held:
+            if qualified_key not in rows:
                 kind = "optional" if spec.optional else "required"
                 raise SchemaError(
                     f"{where}: {kind} {role} field {spec.key!r} is missing (given: "
@@ -138,7 +154,9 @@ class EpisodeWriter:
     ) -> None:
         self._dataset = dataset
         self._episode = episode
-        self._builder = _RowBuilder(dataset.schema, present)
+        self._present = present
+        self._generic: _RowBuilder | None = None
+        self._plan = StepPlan(dataset.schema, present)
         self._closed = False
         # counted here so that error locations cost nothing on the hot path
         self._steps = steps
@@ -175,12 +193,22 @@ class EpisodeWriter:
         """Whether the episode was finalized through this writer."""
         return self._closed
 
+    @property
+    def _builder(self) -> _RowBuilder:
+        # built on the first step the plan does not recognize: most writers never need it
+        if self._generic is None:
+            self._generic = _RowBuilder(self._dataset.schema, self._present)
+        return self._generic
+
     def _where(self) -> str:
+        self._check_open()
+        return f"episode {self._episode}, step {self._steps}"
+
+    def _check_open(self) -> None:
         if self._closed:
             raise DatasetStateError(
                 f"the writer of episode {self._episode} is closed: the episode was finalized"
             )
-        return f"episode {self._episode}, step {self._steps}"
 
     def add_step(self, step: Mapping[str, Any]) -> None:
         """Append one step.
@@ -191,6 +219,22 @@ class EpisodeWriter:
         self._commit(*self._prepare(step))
 
     def _prepare(self, step: Mapping[str, Any]) -> _Prepared:
+        """Validated rows and flags of one step; the episode is not touched yet."""
+        if self._closed:
+            self._check_open()  # raises
+        exact = self._plan.prepare(step)
+        if exact is None:
+            return self._prepare_generic(step)
+        rows, terminated, truncated = exact
+        if type(terminated) is not bool or type(truncated) is not bool:
+            # the generic path checks the flags after the rows, which the plan has just
+            # accepted, so the generic check here raises the very same errors
+            where = self._where()
+            terminated = _flag(terminated, "terminated", where)
+            truncated = _flag(truncated, "truncated", where)
+        return rows, terminated, truncated
+
+    def _prepare_generic(self, step: Mapping[str, Any]) -> _Prepared:
         where = self._where()
         data = split_step(step, where)
         rows = self._builder.step_rows(data, where, None)
@@ -201,8 +245,9 @@ class EpisodeWriter:
     def _commit(self, rows: dict[str, npt.NDArray[Any]], terminated: bool, truncated: bool) -> None:
         count = next(iter(rows.values())).shape[0] if rows else 0
         if count:
-            with self._dataset._io_lock:
-                self._dataset.backend.append_rows(self._episode, rows)
+            dataset = self._dataset
+            with dataset._io_lock:
+                dataset._backend.append_rows(self._episode, rows)
             self._steps += count
         if terminated or truncated:
             self._finalize(terminated=terminated, truncated=truncated)
@@ -308,10 +353,12 @@ class ActionOutEpisodeWriter:
                 episode = self._dataset.backend.start_episode(rows)
             self._writer = EpisodeWriter(self._dataset, episode, present)
         else:
-            prepared = self._writer._prepare({**self._pending, **observed})
+            writer = self._writer
+            prepared = writer._prepare({**self._pending, **observed})
             # the action is checked now, not one step later when its row is written
-            _check_acted(self._writer._builder, acted, self._writer._where())
-            self._writer._commit(*prepared)
+            if not writer._plan.exact(acted, ("actions", "rewards")):
+                _check_acted(writer._builder, acted, writer._where())
+            writer._commit(*prepared)
         self._pending = acted
 
     def end(
