@@ -1,11 +1,12 @@
 """``segments()``: every window as an indexable, map-style dataset for a DataLoader.
 
 ``__getitems__`` turns a whole DataLoader batch of indices into one backend read, and
-:meth:`SegmentDataset.collate` passes that batch through. The object pickles by
-location for persistent datasets, and notices when it runs in a forked worker, so each
-worker opens its own backend handle; memory datasets are inherited through ``fork``
-without copies. The index is fixed between :meth:`SegmentDataset.refresh` calls, so a
-DataLoader sees a constant ``len``.
+:meth:`SegmentDataset.collate` passes that batch through; in a worker process it marks
+the batch to travel through shared memory (:mod:`episodata_core.sampling.transport`).
+The object pickles by location for persistent datasets, and notices when it runs in
+another process, so each worker opens its own backend handle; memory datasets are
+inherited through ``fork`` without copies. The index is fixed between
+:meth:`SegmentDataset.refresh` calls, so a DataLoader sees a constant ``len``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from episodata_core.errors import SchemaError
 from episodata_core.sampling.index import EpisodeFilter, Pad, SegmentIndex, WindowSpec
 from episodata_core.sampling.read import read_windows, stack_segments
+from episodata_core.sampling.transport import for_transport
 from episodata_core.views import Batch, Segment
 
 if TYPE_CHECKING:
@@ -95,13 +97,18 @@ class SegmentDataset:
         return Segment(batch.schema, buffers, flags, split=self._spec.split)
 
     def collate(self, items: Batch | Sequence[Segment]) -> Batch:
-        """``collate_fn`` for a DataLoader: a batch read passes through; segments stack."""
+        """``collate_fn`` for a DataLoader: a batch read passes through; segments stack.
+
+        With or without worker processes the loader yields Batches of NumPy arrays, and
+        ``obs``/``next_obs`` are views of one buffer. A worker sends its batches to the
+        main process through shared memory, so it needs torch, as any worker does.
+        """
         if isinstance(items, Batch):
-            return items
+            return for_transport(items)
         if not items:
             raise SchemaError("collate: got no segments")
         buffers, flags = stack_segments(list(items))
-        return Batch(self._dataset.schema, buffers, flags, split=self._spec.split)
+        return for_transport(Batch(self._dataset.schema, buffers, flags, split=self._spec.split))
 
     def refresh(self) -> None:
         """Include episodes written since this object was made (changes ``len``)."""
