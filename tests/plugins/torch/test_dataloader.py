@@ -13,6 +13,7 @@ must equal, batch by batch, what the same loader yields without workers.
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from typing import Any
 
@@ -23,6 +24,7 @@ from episodata import Dataset, DatasetSchema, FieldSpec
 from episodata_core.errors import PluginError
 from episodata_core.registry import get_backend
 from episodata_core.sampling.transport import SHARE_MIN_BYTES, WorkerBatch
+from episodata_core.sampling.workers import WorkerInfo
 from episodata_core.views import Batch
 
 torch = pytest.importorskip("torch")
@@ -289,3 +291,42 @@ def test_collate_outside_a_worker_leaves_the_batch_alone(make_frames: Any) -> No
     batch = segments.__getitems__([0, 1])
     assert segments.collate(batch) is batch
     assert type(segments.collate([segments[0], segments[1]])) is Batch
+
+
+def collate_with_cache_pool(items: Any) -> tuple[Batch, int]:
+    """The batch, and the cache pool of the backend that this worker reads through."""
+    segments = torch.utils.data.get_worker_info().dataset
+    # fork: what the worker's helper process was given; spawn: the worker's own pool
+    options = segments.dataset.backend._store.options
+    return segments.collate(items), options.cache_pool_bytes
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_zarr_workers_share_one_cache_pool(make_frames: Any, context: str) -> None:
+    from episodata_zarr import ZarrOptions
+
+    segments = make_frames("zarr").segments(sequence_length=L)
+    loader = DataLoader(
+        segments,
+        batch_size=FRAME_BATCH,
+        num_workers=2,
+        collate_fn=collate_with_cache_pool,
+        multiprocessing_context=context,
+    )
+    pools = [pool for _, pool in loader]
+    assert pools == [ZarrOptions().cache_pool_bytes // 2] * len(pools)
+    assert (
+        segments.dataset.backend._store.options.cache_pool_bytes == ZarrOptions().cache_pool_bytes
+    )
+
+
+def test_worker_share_splits_the_cache_pool(monkeypatch: Any) -> None:
+    # the module, not the package's helper function of the same name
+    zarr_options = importlib.import_module("episodata_zarr._options")
+    options = zarr_options.ZarrOptions(cache_pool_bytes=300)
+    assert zarr_options.worker_share(options) is options  # not a worker: the whole pool
+    worker = WorkerInfo(id=1, num_workers=4)
+    monkeypatch.setattr(zarr_options, "dataloader_worker", lambda: worker)
+    assert zarr_options.worker_share(options).cache_pool_bytes == 75
+    assert options.cache_pool_bytes == 300

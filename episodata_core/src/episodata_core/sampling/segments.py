@@ -51,6 +51,8 @@ class SegmentDataset:
         self._fields = fields
         self._pad = pad
         self._rank, self._world_size = rank, world_size
+        # the process this object was made in; it pickles, so a spawned worker that
+        # unpickles (and opens) it still reopens the dataset on first use, see dataset
         self._pid = os.getpid()
         self.index = SegmentIndex(dataset, spec.length, pad=pad, filter=filter)
 
@@ -58,8 +60,10 @@ class SegmentDataset:
     def dataset(self) -> Dataset:
         """The dataset, reopened once per process for persistent backends."""
         if self._pid != os.getpid():
-            # a forked DataLoader worker: backend handles (files, thread pools) of the
-            # parent are not safe to share, so the worker opens its own
+            # a DataLoader worker opens its own handle: the parent's handles (files,
+            # thread pools) are not safe to share after fork, and a backend sizes its
+            # caches by the number of workers, which a spawned worker learns only once
+            # its loop runs, after it unpickled this object
             self._dataset = self._dataset.reopen_for_reading()
             self.index._dataset = self._dataset
             self._pid = os.getpid()
@@ -113,18 +117,3 @@ class SegmentDataset:
     def refresh(self) -> None:
         """Include episodes written since this object was made (changes ``len``)."""
         self.index.refresh()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_dataset"] = self._dataset.__getstate__()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        from episodata_core.dataset import Dataset
-
-        dataset = Dataset.__new__(Dataset)
-        dataset.__setstate__(state.pop("_dataset"))
-        self.__dict__.update(state)
-        self._dataset = dataset
-        self._pid = os.getpid()
-        self.index._dataset = dataset
