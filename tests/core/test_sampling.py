@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import pickle
 import threading
 import time
 from dataclasses import dataclass
@@ -330,6 +331,11 @@ def test_segments_map_style_matches_reference_and_stream(
     assert_matches(batch, expected, where="of __getitems__")
     assert np.shares_memory(batch.obs, batch.next_obs)
     assert segments.collate(batch) is batch
+    # pickled after its views were used, it still arrives as one buffer with two views
+    arrived = pickle.loads(pickle.dumps(batch))
+    assert "obs" not in vars(arrived)
+    assert_matches(arrived, expected, where="of a pickled batch")
+    assert np.shares_memory(arrived.obs, arrived.next_obs)
     stacked = segments.collate([segments[i] for i in order])
     assert_matches(stacked, expected, where="of collated segments")
     (whole,) = dataset.segment_stream(

@@ -325,10 +325,19 @@ class TransitionView:
             return arrays[role]
         return FieldGroup(arrays, _ROLE_NAMES[role][rows])
 
+    def __getstate__(self) -> dict[str, Any]:
+        # cached role views would pickle as arrays of their own: obs and next_obs would
+        # arrive as two copies that no longer overlap. They are rebuilt on access instead
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHED_VIEWS}
+
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}: {_describe(v)}" for k, v in self._buffers.items())
         return f"{type(self).__name__}({inner})"
 
+
+_CACHED_VIEWS = frozenset(
+    name for name, value in vars(TransitionView).items() if isinstance(value, cached_property)
+)
 
 _ROWS: dict[str, slice | int] = {
     "current": slice(0, -1),

@@ -6,10 +6,15 @@ returns can be checked from its data alone: the window it claims to be is identi
 and every value (padding included) is compared with a brute-force rebuild of that
 window. Over one epoch a shuffled loader visits every index once, so the windows of an
 epoch must be exactly the reference windows.
+
+Batches of image frames are large enough to leave a worker through shared memory; they
+must equal, batch by batch, what the same loader yields without workers.
 """
 
 from __future__ import annotations
 
+import importlib
+import pickle
 from typing import Any
 
 import numpy as np
@@ -18,6 +23,9 @@ import pytest
 from episodata import Dataset, DatasetSchema, FieldSpec
 from episodata_core.errors import PluginError
 from episodata_core.registry import get_backend
+from episodata_core.sampling.transport import SHARE_MIN_BYTES, WorkerBatch
+from episodata_core.sampling.workers import WorkerInfo
+from episodata_core.views import Batch
 
 torch = pytest.importorskip("torch")
 DataLoader = torch.utils.data.DataLoader
@@ -163,3 +171,164 @@ def test_dataloader_without_workers(make_dataset: Any, backend: str) -> None:
     loader = DataLoader(segments, batch_size=16, shuffle=False, collate_fn=segments.collate)
     seen = [assert_window(batch, b) for batch in loader for b in range(len(batch))]
     assert seen == reference_windows()
+
+
+# -- batches of frames: through shared memory, equal to the batches without workers ------
+
+FRAMES = DatasetSchema(
+    [
+        FieldSpec("observation", shape=(3, 64, 64), dtype="uint8"),
+        FieldSpec("action", shape=(2,), dtype="float32", role="action"),
+    ]
+)
+FRAME_BATCH = 16  # 16 x (L + 1) frames of 12 KiB: 1.7 MiB, over SHARE_MIN_BYTES
+FRAME_LENGTHS = [3, 30, 12, 7, 25, 9, 18, 1, 14]  # some shorter than L: padded windows
+OBS_KEY = "observation/observation"
+
+
+@pytest.fixture
+def make_frames(tmp_path: Any) -> Any:
+    def make(backend: str) -> Dataset:
+        path = None if backend == "memory" else str(tmp_path / f"frames-{backend}")
+        dataset = Dataset.create(FRAMES, path, backend=backend)
+        rng = np.random.default_rng(3)
+        for e, length in enumerate(FRAME_LENGTHS):
+            frames = rng.integers(0, 256, (length + 1, 3, 64, 64), dtype=np.uint8)
+            dataset.add_episode(
+                {
+                    "initial_observation": frames[0],
+                    "observations": frames[1:],
+                    "actions": rng.standard_normal((length, 2)).astype(np.float32),
+                    "terminated": e % 2 == 0,
+                    "truncated": e % 3 == 0,
+                }
+            )
+        return dataset
+
+    return make
+
+
+def frame_loader(segments: Any, workers: int, context: str | None = None) -> Any:
+    return DataLoader(
+        segments,
+        batch_size=FRAME_BATCH,
+        shuffle=True,
+        num_workers=workers,
+        collate_fn=segments.collate,
+        multiprocessing_context=context,
+        generator=torch.Generator().manual_seed(7),  # the same order with or without workers
+    )
+
+
+def assert_same_batch(got: Any, want: Any, where: str) -> None:
+    """Same type, fields, dtypes and values as the batch read without workers."""
+    assert type(got) is Batch, where
+    assert got.fields == want.fields, where
+    for key, value in want.buffers.items():
+        assert type(got.buffers[key]) is np.ndarray, f"{key} {where}"
+        np.testing.assert_array_equal(
+            got.buffers[key], value, err_msg=f"{key} {where}", strict=True
+        )
+    for name in ("terminated", "truncated", "mask"):
+        assert type(getattr(got, name)) is np.ndarray, f"{name} {where}"
+        np.testing.assert_array_equal(
+            getattr(got, name), getattr(want, name), err_msg=f"{name} {where}", strict=True
+        )
+
+
+def assert_one_shared_buffer(batch: Any, where: str, *, shared: bool = True) -> None:
+    """obs and next_obs are views of one [B, L + 1] buffer, in shared memory if large."""
+    buffer = batch.buffers[OBS_KEY]
+    obs, next_obs = batch.obs, batch.next_obs
+    assert obs.base is buffer or obs.base is buffer.base, where
+    assert np.shares_memory(obs, next_obs), where
+    # next_obs is obs moved on by one row of the same memory, not an equal copy
+    assert next_obs.ctypes.data == obs.ctypes.data + buffer.strides[1], where
+    assert obs.ctypes.data == buffer.ctypes.data, where
+    if buffer.nbytes >= SHARE_MIN_BYTES:
+        # it arrived as a view of a tensor over shared memory, not as pickled bytes
+        tensor = buffer.base
+        assert isinstance(tensor, torch.Tensor), f"{type(tensor).__name__} {where}"
+        assert tensor.is_shared() == shared, where
+        assert tensor.untyped_storage().data_ptr() == buffer.ctypes.data, where
+
+
+MEMORY_AND_ZARR = [backend_param(name) for name in ("memory", "zarr")]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("backend", MEMORY_AND_ZARR)
+def test_worker_batches_equal_batches_without_workers(
+    make_frames: Any, backend: str, context: str
+) -> None:
+    segments = make_frames(backend).segments(sequence_length=L)
+    expected = list(frame_loader(segments, 0))
+    got = list(frame_loader(segments, 2, context))
+    assert len(got) == len(expected) == -(-len(segments) // FRAME_BATCH)
+    for i, (mine, want) in enumerate(zip(got, expected, strict=True)):
+        where = f"in batch {i} ({context} workers, {backend})"
+        assert_same_batch(mine, want, where)
+        assert_one_shared_buffer(mine, where)
+    # both ways out of a worker were taken: shared memory, and pickling (the last batch)
+    assert got[0].buffers[OBS_KEY].nbytes >= SHARE_MIN_BYTES
+    assert got[-1].buffers[OBS_KEY].nbytes < SHARE_MIN_BYTES
+
+
+def test_worker_batch_pickles_as_a_plain_batch(make_frames: Any) -> None:
+    segments = make_frames("memory").segments(sequence_length=L)
+    batch = segments.__getitems__(list(range(FRAME_BATCH)))
+    shipped = WorkerBatch(batch.schema, batch.buffers, batch._flags)
+    assert np.shares_memory(shipped.obs, shipped.next_obs)  # cached views must stay behind
+    arrived = pickle.loads(pickle.dumps(shipped))
+    assert "obs" not in vars(arrived)
+    assert_same_batch(arrived, batch, "after pickling")
+    # plain pickle copies tensors by value; only a DataLoader's queue shares them
+    assert_one_shared_buffer(arrived, "after pickling", shared=False)
+    # small arrays travel by value, as NumPy arrays of their own
+    assert arrived.mask.base is None or not isinstance(arrived.mask.base, torch.Tensor)
+
+
+def test_collate_outside_a_worker_leaves_the_batch_alone(make_frames: Any) -> None:
+    segments = make_frames("memory").segments(sequence_length=L)
+    batch = segments.__getitems__([0, 1])
+    assert segments.collate(batch) is batch
+    assert type(segments.collate([segments[0], segments[1]])) is Batch
+
+
+def collate_with_cache_pool(items: Any) -> tuple[Batch, int]:
+    """The batch, and the cache pool of the backend that this worker reads through."""
+    segments = torch.utils.data.get_worker_info().dataset
+    # fork: what the worker's helper process was given; spawn: the worker's own pool
+    options = segments.dataset.backend._store.options
+    return segments.collate(items), options.cache_pool_bytes
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_zarr_workers_share_one_cache_pool(make_frames: Any, context: str) -> None:
+    from episodata_zarr import ZarrOptions
+
+    segments = make_frames("zarr").segments(sequence_length=L)
+    loader = DataLoader(
+        segments,
+        batch_size=FRAME_BATCH,
+        num_workers=2,
+        collate_fn=collate_with_cache_pool,
+        multiprocessing_context=context,
+    )
+    pools = [pool for _, pool in loader]
+    assert pools == [ZarrOptions().cache_pool_bytes // 2] * len(pools)
+    assert (
+        segments.dataset.backend._store.options.cache_pool_bytes == ZarrOptions().cache_pool_bytes
+    )
+
+
+def test_worker_share_splits_the_cache_pool(monkeypatch: Any) -> None:
+    # the module, not the package's helper function of the same name
+    zarr_options = importlib.import_module("episodata_zarr._options")
+    options = zarr_options.ZarrOptions(cache_pool_bytes=300)
+    assert zarr_options.worker_share(options) is options  # not a worker: the whole pool
+    worker = WorkerInfo(id=1, num_workers=4)
+    monkeypatch.setattr(zarr_options, "dataloader_worker", lambda: worker)
+    assert zarr_options.worker_share(options).cache_pool_bytes == 75
+    assert options.cache_pool_bytes == 300

@@ -1,11 +1,12 @@
 """``segments()``: every window as an indexable, map-style dataset for a DataLoader.
 
 ``__getitems__`` turns a whole DataLoader batch of indices into one backend read, and
-:meth:`SegmentDataset.collate` passes that batch through. The object pickles by
-location for persistent datasets, and notices when it runs in a forked worker, so each
-worker opens its own backend handle; memory datasets are inherited through ``fork``
-without copies. The index is fixed between :meth:`SegmentDataset.refresh` calls, so a
-DataLoader sees a constant ``len``.
+:meth:`SegmentDataset.collate` passes that batch through; in a worker process it marks
+the batch to travel through shared memory (:mod:`episodata_core.sampling.transport`).
+The object pickles by location for persistent datasets, and notices when it runs in
+another process, so each worker opens its own backend handle; memory datasets are
+inherited through ``fork`` without copies. The index is fixed between
+:meth:`SegmentDataset.refresh` calls, so a DataLoader sees a constant ``len``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from episodata_core.errors import SchemaError
 from episodata_core.sampling.index import EpisodeFilter, Pad, SegmentIndex, WindowSpec
 from episodata_core.sampling.read import read_windows, stack_segments
+from episodata_core.sampling.transport import for_transport
 from episodata_core.views import Batch, Segment
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ class SegmentDataset:
         self._fields = fields
         self._pad = pad
         self._rank, self._world_size = rank, world_size
+        # the process this object was made in; it pickles, so a spawned worker that
+        # unpickles (and opens) it still reopens the dataset on first use, see dataset
         self._pid = os.getpid()
         self.index = SegmentIndex(dataset, spec.length, pad=pad, filter=filter)
 
@@ -56,8 +60,10 @@ class SegmentDataset:
     def dataset(self) -> Dataset:
         """The dataset, reopened once per process for persistent backends."""
         if self._pid != os.getpid():
-            # a forked DataLoader worker: backend handles (files, thread pools) of the
-            # parent are not safe to share, so the worker opens its own
+            # a DataLoader worker opens its own handle: the parent's handles (files,
+            # thread pools) are not safe to share after fork, and a backend sizes its
+            # caches by the number of workers, which a spawned worker learns only once
+            # its loop runs, after it unpickled this object
             self._dataset = self._dataset.reopen_for_reading()
             self.index._dataset = self._dataset
             self._pid = os.getpid()
@@ -95,29 +101,19 @@ class SegmentDataset:
         return Segment(batch.schema, buffers, flags, split=self._spec.split)
 
     def collate(self, items: Batch | Sequence[Segment]) -> Batch:
-        """``collate_fn`` for a DataLoader: a batch read passes through; segments stack."""
+        """``collate_fn`` for a DataLoader: a batch read passes through; segments stack.
+
+        With or without worker processes the loader yields Batches of NumPy arrays, and
+        ``obs``/``next_obs`` are views of one buffer. A worker sends its batches to the
+        main process through shared memory, so it needs torch, as any worker does.
+        """
         if isinstance(items, Batch):
-            return items
+            return for_transport(items)
         if not items:
             raise SchemaError("collate: got no segments")
         buffers, flags = stack_segments(list(items))
-        return Batch(self._dataset.schema, buffers, flags, split=self._spec.split)
+        return for_transport(Batch(self._dataset.schema, buffers, flags, split=self._spec.split))
 
     def refresh(self) -> None:
         """Include episodes written since this object was made (changes ``len``)."""
         self.index.refresh()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_dataset"] = self._dataset.__getstate__()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        from episodata_core.dataset import Dataset
-
-        dataset = Dataset.__new__(Dataset)
-        dataset.__setstate__(state.pop("_dataset"))
-        self.__dict__.update(state)
-        self._dataset = dataset
-        self._pid = os.getpid()
-        self.index._dataset = dataset

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodata_core.errors import DatasetStateError, SchemaError
-from episodata_zarr._options import CodecName, ZarrOptions
+from episodata_zarr._options import CodecName, ZarrOptions, worker_share
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -112,13 +112,14 @@ class ZarrBackend:
         """
         from episodata_zarr import _impl
 
+        opened = worker_share(_options(options))
         if os.getpid() != _impl.LOADED_IN:
             if writable:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))
             from episodata_zarr._forked import RemoteStore
 
-            return cls(RemoteStore(Path(location), _options(options)))
-        return cls(_impl.ZarrStore.open(os.fspath(location), _options(options), writable=writable))
+            return cls(RemoteStore(Path(location), opened))
+        return cls(_impl.ZarrStore.open(os.fspath(location), opened, writable=writable))
 
     @property
     def schema(self) -> DatasetSchema:

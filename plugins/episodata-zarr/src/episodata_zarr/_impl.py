@@ -34,6 +34,7 @@ from episodata_zarr._layout import (
     metadata_digest,
     spill_group,
 )
+from episodata_zarr._options import worker_share
 from episodata_zarr._reads import SpillGoneError, gather_rows, read_rows, result
 from episodata_zarr._table import EpisodeIndex, check_entries
 from episodata_zarr._writes import Ongoing, commit, trim
@@ -350,7 +351,8 @@ class ZarrStore:
         if self.helper is None or self.helper[0] != os.getpid():
             from episodata_zarr._forked import ForkedReader
 
-            reader = ForkedReader(str(self.folder), self.options.model_dump(mode="json"))
+            options = worker_share(self.options).model_dump(mode="json")
+            reader = ForkedReader(str(self.folder), options)
             self.helper = (os.getpid(), reader)
         return self.helper[1]
 

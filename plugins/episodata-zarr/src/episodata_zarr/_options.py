@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CodecName", "ZarrOptions"]
+from episodata_core.sampling.workers import dataloader_worker
+
+__all__ = ["CodecName", "ZarrOptions", "worker_share"]
 
 CodecName = Literal["blosc-lz4", "zstd", "blosc-zstd", "none"]
 """A compression codec; Blosc codecs byte-shuffle dtypes wider than one byte."""
@@ -76,6 +78,22 @@ class ZarrOptions(BaseModel):
         ge=0,
         description=(
             "TensorStore cache pool for decoded chunks, shared by every array of the "
-            "dataset; 0 disables caching."
+            "dataset; 0 disables caching. DataLoader workers share one pool's worth: "
+            "each opens the dataset with cache_pool_bytes / num_workers."
         ),
     )
+
+
+def worker_share(options: ZarrOptions) -> ZarrOptions:
+    """``options`` for this process: in a DataLoader worker, its part of the cache pool.
+
+    Every worker opens the dataset again (TensorStore handles do not survive ``fork``,
+    and a forked worker reads through a helper process of its own). With a whole pool
+    each, the decoded chunks that all workers hold would grow with their number and, up
+    to that many pools, with the dataset; split, they stay within one pool.
+    """
+    worker = dataloader_worker()
+    if worker is None or worker.num_workers <= 1:
+        return options
+    share = options.cache_pool_bytes // worker.num_workers
+    return options.model_copy(update={"cache_pool_bytes": share})

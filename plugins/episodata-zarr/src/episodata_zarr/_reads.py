@@ -103,8 +103,7 @@ def gather_rows(store: ZarrStore, request: GatherRequest) -> Rows:
     real = request.counts > 0
     helper = store.forked()
     if helper is not None:
-        _gather_forked(store, helper, request, base, out)
-        return out
+        return _gather_forked(store, helper, request, base, out)
     finalized = np.flatnonzero(real & (base >= 0))
     starts = base[finalized] + request.starts[finalized]
     counts = request.counts[finalized]
@@ -196,9 +195,12 @@ def _gather_forked(
     request: GatherRequest,
     base: npt.NDArray[np.int64],
     out: dict[str, npt.NDArray[Any]],
-) -> None:
+) -> Rows:
     """A forked child's batch: the helper reads stored rows; inherited memory the rest."""
     local = (base < 0) & (request.counts > 0) & store.writable
+    if not local.any():
+        # the usual case, a reader: the helper's answer is the whole batch, no copy
+        return helper.gather_rows(request)
     remote = np.flatnonzero(~local)
     if len(remote):
         part = GatherRequest(
@@ -214,6 +216,7 @@ def _gather_forked(
             target[remote] = rows[key]
     # a writer's unflushed ongoing rows exist only in memory, which the fork inherited
     _gather_ongoing(store, request, np.flatnonzero(local), out)
+    return out
 
 
 def _gather_ongoing(
