@@ -213,6 +213,7 @@ SECTIONS: tuple[Section, ...] = (
                     f"episodata_core.protocols:{name}"
                     for name in (
                         "StorageBackend",
+                        "SupportsAddEpisodes",
                         "SupportsFlush",
                         "SupportsPersistence",
                         "SupportsVerify",
@@ -221,6 +222,7 @@ SECTIONS: tuple[Section, ...] = (
                         "Importer",
                         "Exporter",
                         "EpisodeTable",
+                        "EpisodeRows",
                         "GatherRequest",
                         "Rows",
                     )

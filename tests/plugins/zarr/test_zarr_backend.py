@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 class TestZarrBackend(PersistentBackendTests[ZarrBackend]):
     backend_cls = ZarrBackend
+    add_episodes_all_or_none = True  # one commit.json covers every episode of a call
 
 
 class TestZarrBackendSmallChunks(BackendTests[ZarrBackend]):

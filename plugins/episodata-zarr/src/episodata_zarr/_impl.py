@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
+    from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_zarr._forked import ForkedReader
     from episodata_zarr._options import ZarrOptions
 
@@ -392,6 +392,17 @@ class ZarrStore:
         episode = len(self.index)
         commit(self, [(episode, rows, terminated, truncated)])
         return episode
+
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
+        """Append finalized episodes with one commit; all durable (or none) on return."""
+        self.check(write=True)
+        first = len(self.index)
+        ids = list(range(first, first + len(episodes)))
+        commit(
+            self,
+            [(i, e.rows, e.terminated, e.truncated) for i, e in zip(ids, episodes, strict=True)],
+        )
+        return ids
 
     def flush(self) -> None:
         """Spill every ongoing episode's unflushed rows and commit them."""
