@@ -101,9 +101,7 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
     spill_crc = {e: _spill_crc(store, e) for e in spills}
     _grow(store, rows, episodes, spills)
     ids = [episode for episode, *_ in finals] + spills
-    futures = [
-        f for start, count, encoded in blocks for f in _write_block(store, start, count, encoded)
-    ]
+    futures = _write_blocks(store, blocks)
     futures += [f for e in spills for f in _write_spill(store, e)]
     futures += _write_entries(store, ids, np.concatenate(entries))
     for future in futures:
@@ -204,17 +202,35 @@ def _resize(handle: Any, rows: int, *, grow: bool) -> Any:
     return handle.resize(exclusive_max=bounds, shrink_only=True)
 
 
-def _write_block(
-    store: ZarrStore, start: int, count: int, encoded: dict[str, npt.NDArray[Any]]
+def _write_blocks(
+    store: ZarrStore, blocks: Sequence[tuple[int, int, dict[str, npt.NDArray[Any]]]]
 ) -> list[Any]:
+    """Write the ``(start, count, encoded)`` row blocks of finalized episodes.
+
+    Several blocks go through one TensorStore transaction: without it, writes that are
+    in flight together and share a chunk each rewrite that chunk, so a commit of many
+    short episodes would encode and store every chunk many times.
+    """
+    if len(blocks) > 1:
+        import tensorstore as ts
+
+        transaction = ts.Transaction()
+        handles = {key: h.with_transaction(transaction) for key, h in store.data.items()}
+    else:
+        transaction, handles = None, store.data
     futures = []
-    for key, layout in store.layouts.items():
-        block = encoded.get(key)
-        if block is None:
-            # absent optional fields take zero rows: every field shares one row numbering
-            block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
-        futures.append(store.data[key][start : start + count].write(block))
-    return futures
+    for start, count, encoded in blocks:
+        for key, layout in store.layouts.items():
+            block = encoded.get(key)
+            if block is None:
+                # absent optional fields take zero rows: every field shares one row numbering
+                block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
+            futures.append(handles[key][start : start + count].write(block))
+    if transaction is None:
+        return futures
+    for future in futures:
+        result(future, f"cannot write to {str(store.folder)!r}")  # copied into the transaction
+    return [transaction.commit_async()]
 
 
 def _write_spill(store: ZarrStore, episode: int) -> list[Any]:
