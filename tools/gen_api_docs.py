@@ -236,6 +236,7 @@ SECTIONS: tuple[Section, ...] = (
                     f"episodata_core.importing:{name}"
                     for name in (
                         "WarningLog",
+                        "PendingEpisodes",
                         "field_reports",
                         "file_sha256",
                         "flag_counts",
