@@ -154,7 +154,9 @@ class ZarrBackend:
         """Write finalized episodes with one commit; durable together on return.
 
         A crash during the call leaves all of them or none: one ``commit.json`` covers
-        them all.
+        them all. A call that writes at least 1/16 of ``cache_pool_bytes`` starts an
+        empty TensorStore cache afterwards, so that the chunks it wrote do not stay in
+        memory; reads then fetch chunks from disk again.
         """
         return self._store.add_episodes(episodes)
 

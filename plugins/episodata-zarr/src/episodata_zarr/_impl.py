@@ -72,12 +72,7 @@ class ZarrStore:
         self.options = options
         self.record = record
         self.writable = writable
-        self.context = ts.Context(
-            {
-                "cache_pool": {"total_bytes_limit": options.cache_pool_bytes},
-                "file_io_sync": options.fsync,
-            }
-        )
+        self.context = self.new_context()
         optional = tuple(spec.qualified_key for spec in schema if spec.optional)
         self.index_layout = IndexLayout(optional, schema.qualified_keys)
         self.index = EpisodeIndex(self.index_layout)
@@ -93,6 +88,15 @@ class ZarrStore:
         self.closed = False
 
     # -- paths and handles ----------------------------------------------------------------
+
+    def new_context(self) -> Any:
+        """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
+        return ts.Context(
+            {
+                "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
+                "file_io_sync": self.options.fsync,
+            }
+        )
 
     def spec(self, path: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
@@ -402,6 +406,14 @@ class ZarrStore:
             self,
             [(i, e.rows, e.terminated, e.truncated) for i, e in zip(ids, episodes, strict=True)],
         )
+        written = sum(block.nbytes for e in episodes for block in e.rows.values())
+        if written * 16 >= self.options.cache_pool_bytes > 0:
+            # the written chunks now fill TensorStore's cache, where bulk writes are seldom
+            # read back soon: a fresh cache gives that memory back at once (an import's
+            # RSS stays bounded by its read budget). Reopening costs a few milliseconds,
+            # so smaller calls keep the cache
+            self.context = self.new_context()
+            self.open_arrays()
         return ids
 
     def flush(self) -> None:
