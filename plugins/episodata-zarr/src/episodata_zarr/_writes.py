@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from episodata_core.protocols import Rows
     from episodata_zarr._impl import ZarrStore
+    from episodata_zarr._layout import FieldLayout
 
 __all__ = ["Final", "Ongoing", "commit", "trim"]
 
@@ -33,6 +34,7 @@ Final = tuple[int, "Rows", bool, bool]
 """A finalized episode to commit: ``(episode id, rows, terminated, truncated)``."""
 
 _Target = tuple[int, str] | str  # a spill (episode, field), a field, or "" for the index
+_RUN_BYTES = 8 << 20  # rows of adjacent episodes joined into one write
 
 
 class Ongoing:
@@ -205,32 +207,49 @@ def _resize(handle: Any, rows: int, *, grow: bool) -> Any:
 def _write_blocks(
     store: ZarrStore, blocks: Sequence[tuple[int, int, dict[str, npt.NDArray[Any]]]]
 ) -> list[Any]:
-    """Write the ``(start, count, encoded)`` row blocks of finalized episodes.
+    """Write the ``(start, count, encoded)`` blocks of consecutive rows of finalized episodes.
 
     Several blocks go through one TensorStore transaction: without it, writes that are
     in flight together and share a chunk each rewrite that chunk, so a commit of many
-    short episodes would encode and store every chunk many times.
+    short episodes would encode and store every chunk many times. Adjacent blocks are
+    joined into writes of about ``_RUN_BYTES`` each: a write costs tens of microseconds
+    however small, and short episodes are many.
     """
-    if len(blocks) > 1:
-        import tensorstore as ts
+    if len(blocks) <= 1:
+        return [
+            store.data[key][start : start + count].write(_rows_of(layout, key, count, encoded))
+            for start, count, encoded in blocks
+            for key, layout in store.layouts.items()
+        ]
+    import tensorstore as ts
 
-        transaction = ts.Transaction()
-        handles = {key: h.with_transaction(transaction) for key, h in store.data.items()}
-    else:
-        transaction, handles = None, store.data
-    futures = []
-    for start, count, encoded in blocks:
-        for key, layout in store.layouts.items():
-            block = encoded.get(key)
-            if block is None:
-                # absent optional fields take zero rows: every field shares one row numbering
-                block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
-            futures.append(handles[key][start : start + count].write(block))
-    if transaction is None:
-        return futures
-    for future in futures:
-        result(future, f"cannot write to {str(store.folder)!r}")  # copied into the transaction
+    transaction = ts.Transaction()
+    for key, layout in store.layouts.items():
+        handle = store.data[key].with_transaction(transaction)
+        run: list[npt.NDArray[Any]] = []
+        first = rows = size = 0
+        for index, (start, count, encoded) in enumerate(blocks):
+            if not run:
+                first = start
+            run.append(_rows_of(layout, key, count, encoded))
+            rows, size = rows + count, size + run[-1].nbytes
+            if size >= _RUN_BYTES or index == len(blocks) - 1:
+                joined = run[0] if len(run) == 1 else np.concatenate(run)
+                # waited for at once: the joined copy is freed before the next is made
+                future = handle[first : first + rows].write(joined)
+                result(future, f"cannot write to {str(store.folder)!r}")
+                run, rows, size = [], 0, 0
     return [transaction.commit_async()]
+
+
+def _rows_of(
+    layout: FieldLayout, key: str, count: int, encoded: dict[str, npt.NDArray[Any]]
+) -> npt.NDArray[Any]:
+    block = encoded.get(key)
+    if block is None:
+        # absent optional fields take zero rows: every field shares one row numbering
+        block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
+    return block
 
 
 def _write_spill(store: ZarrStore, episode: int) -> list[Any]:
