@@ -213,6 +213,7 @@ SECTIONS: tuple[Section, ...] = (
                     f"episodata_core.protocols:{name}"
                     for name in (
                         "StorageBackend",
+                        "SupportsAddEpisodes",
                         "SupportsFlush",
                         "SupportsPersistence",
                         "SupportsVerify",
@@ -221,6 +222,7 @@ SECTIONS: tuple[Section, ...] = (
                         "Importer",
                         "Exporter",
                         "EpisodeTable",
+                        "EpisodeRows",
                         "GatherRequest",
                         "Rows",
                     )
@@ -234,6 +236,7 @@ SECTIONS: tuple[Section, ...] = (
                     f"episodata_core.importing:{name}"
                     for name in (
                         "WarningLog",
+                        "PendingEpisodes",
                         "field_reports",
                         "file_sha256",
                         "flag_counts",

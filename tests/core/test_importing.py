@@ -11,12 +11,14 @@ import warnings
 import numpy as np
 import pytest
 
+from episodata_core.dataset import Dataset
 from episodata_core.errors import (
     EpisodataImportWarning,
     FormatError,
     MissingDependencyError,
 )
 from episodata_core.importing import (
+    PendingEpisodes,
     WarningLog,
     field_reports,
     file_sha256,
@@ -223,3 +225,48 @@ def test_importing_the_module_imports_no_optional_library():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+# -- PendingEpisodes ---------------------------------------------------------------------
+
+
+def _state_episode(steps: int, start: int) -> dict[str, object]:
+    states = np.arange(start, start + 2 * (steps + 1), dtype=np.float32).reshape(steps + 1, 2)
+    return {
+        "initial_observation": {"state": states[0]},
+        "observations": {"state": states[1:]},
+        "actions": np.zeros(steps, dtype=np.int64),
+    }
+
+
+def test_pending_episodes_write_together_once_they_reach_max_bytes():
+    schema = DatasetSchema(
+        [
+            FieldSpec("state", shape=(2,), dtype="float32"),
+            FieldSpec("action", shape=(), dtype="int64", role="action"),
+        ]
+    )
+    dataset = Dataset.create(schema)
+    calls: list[int] = []
+    add_episodes = dataset.add_episodes
+
+    def counting(episodes, **kwargs):
+        episodes = list(episodes)
+        calls.append(len(episodes))
+        return add_episodes(episodes, **kwargs)
+
+    dataset.add_episodes = counting  # type: ignore[method-assign]
+    # 3 steps: 8 + 24 + 24 bytes of arrays; three episodes pass 150 bytes
+    pending = PendingEpisodes(dataset, max_bytes=150)
+    for k in range(4):
+        pending.add(_state_episode(3, 10 * k))
+    assert calls == [3]
+    assert dataset.num_episodes == 3
+    assert pending.write() == [3]
+    assert pending.write() == []
+    assert calls == [3, 1]
+    for k, episode in enumerate(dataset):
+        np.testing.assert_array_equal(
+            episode.read().all_obs.state,
+            np.arange(10 * k, 10 * k + 8, dtype=np.float32).reshape(4, 2),
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
@@ -18,7 +19,12 @@ from episodata_core.episode import Episode
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.manifest import FORMAT_VERSION, Manifest, PluginVersion, Provenance
 from episodata_core.normalize import Alignment, split_episode, to_rows
-from episodata_core.protocols import SupportsFlush, supports_persistence
+from episodata_core.protocols import (
+    EpisodeRows,
+    SupportsAddEpisodes,
+    SupportsFlush,
+    supports_persistence,
+)
 from episodata_core.sampling.index import SegmentIndex, WindowSpec, check_pad, positive_int
 from episodata_core.sampling.read import read_transitions
 from episodata_core.sampling.segments import SegmentDataset
@@ -28,7 +34,7 @@ from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, Vector
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator
 
     from pydantic import BaseModel
 
@@ -47,8 +53,8 @@ class Dataset:
     """Episodes that share one schema, stored by one backend.
 
     Create one with :meth:`create` or :meth:`from_episodes`. Reads go through
-    :meth:`episode`; writes through :meth:`new_episode` (step by step) or
-    :meth:`add_episode` (a whole episode at once).
+    :meth:`episode`; writes through :meth:`new_episode` (step by step),
+    :meth:`add_episode` (a whole episode at once) or :meth:`add_episodes` (several).
     """
 
     def __init__(
@@ -440,15 +446,65 @@ class Dataset:
         per-step flags. Everything is validated before anything is written.
         """
         self._prepare_write()
-        where = f"episode {self.num_episodes}"
-        split = split_episode(episode, self.schema, alignment=alignment, where=where)
-        rows = to_rows(split, self.schema, where=where)
+        new = self._validated(episode, f"episode {self.num_episodes}", alignment)
         with self._io_lock:
             index = self._backend.add_episode(
-                rows, terminated=split.terminated, truncated=split.truncated
+                new.rows, terminated=new.terminated, truncated=new.truncated
             )
         self._after_episode_written(index)
         return index
+
+    def add_episodes(
+        self, episodes: Iterable[Mapping[str, Any]], *, alignment: Alignment | None = None
+    ) -> list[int]:
+        """Write several complete episodes (bulk dicts, see :meth:`add_episode`); returns their ids.
+
+        Every episode is validated before any is written: a bad one anywhere leaves the
+        dataset as it was. The ids, rows and flags are those of one :meth:`add_episode`
+        call per episode, and all of them are durable when this returns. Backends that
+        support it (memory, npz_directory, zarr) commit them together, far cheaper than
+        one by one; zarr commits them as a whole, so a crash leaves all of them or none.
+        Every episode is held in memory until the write, so keep the number of episodes
+        per call bounded. An empty ``episodes`` writes nothing and returns ``[]``.
+
+        Examples
+        --------
+        >>> ids = dataset.add_episodes([episode_a, episode_b])
+        """
+        if isinstance(episodes, Mapping):
+            raise SchemaError(
+                "add_episodes: expected an iterable of episode dicts, got one dict (keys "
+                f"{sorted(map(str, episodes))[:4]}); pass [episode], or call add_episode"
+            )
+        self._prepare_write()
+        first = self.num_episodes
+        checked = [
+            self._validated(episode, f"episode {first + k} (item {k} of add_episodes)", alignment)
+            for k, episode in enumerate(episodes)
+        ]
+        if not checked:
+            return []
+        with self._io_lock:
+            if isinstance(self._backend, SupportsAddEpisodes):
+                ids = self._backend.add_episodes(checked)
+            else:
+                ids = [
+                    self._backend.add_episode(
+                        new.rows, terminated=new.terminated, truncated=new.truncated
+                    )
+                    for new in checked
+                ]
+        for index in ids:
+            self._after_episode_written(index)
+        return ids
+
+    def _validated(
+        self, episode: Mapping[str, Any], where: str, alignment: Alignment | None
+    ) -> EpisodeRows:
+        """A bulk episode as checked storage rows; raises before anything is written."""
+        split = split_episode(episode, self.schema, alignment=alignment, where=where)
+        rows = to_rows(split, self.schema, where=where)
+        return EpisodeRows(rows, terminated=split.terminated, truncated=split.truncated)
 
     def new_episode(
         self, observation: Any, infos: Mapping[str, Any] | None = None

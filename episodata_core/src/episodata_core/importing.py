@@ -21,6 +21,7 @@ import importlib
 import inspect
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,15 +29,16 @@ from episodata_core.errors import EpisodataImportWarning, FormatError, MissingDe
 from episodata_core.transfer import FieldReport, FlagCounts, ImportWarningRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from types import ModuleType
 
     import numpy as np
     import numpy.typing as npt
 
+    from episodata_core.dataset import Dataset
     from episodata_core.schema import DatasetSchema
 
 __all__ = [
+    "PendingEpisodes",
     "WarningLog",
     "field_reports",
     "file_sha256",
@@ -104,6 +106,49 @@ class WarningLog:
                 EpisodataImportWarning,
                 stacklevel=level,
             )
+
+
+@dataclass
+class PendingEpisodes:
+    """Bulk episodes that go to :meth:`Dataset.add_episodes` together, ``max_bytes`` at a time.
+
+    A durable commit costs about as much for many episodes as for one, so an importer
+    that writes each episode alone spends its time waiting for the disk. Episodes are
+    written once their arrays reach ``max_bytes``, which also bounds what a backend
+    holds while it writes them. Add the episodes of one read window, then call
+    :meth:`write` before reading the next, so that no view keeps the old window alive.
+
+    Examples
+    --------
+    >>> pending = PendingEpisodes(dataset, max_bytes=64 << 20)
+    >>> for episode in window_episodes:
+    ...     pending.add(episode)
+    >>> ids = pending.write()
+    """
+
+    dataset: Dataset
+    max_bytes: int = 64 << 20
+    _episodes: list[Mapping[str, Any]] = field(default_factory=list, repr=False)
+    _bytes: int = field(default=0, repr=False)
+
+    def add(self, episode: Mapping[str, Any]) -> None:
+        """Queue a bulk episode; writes every queued one once they reach ``max_bytes``."""
+        self._episodes.append(episode)
+        self._bytes += _nbytes(episode)
+        if self._bytes >= self.max_bytes:
+            self.write()
+
+    def write(self) -> list[int]:
+        """Write the queued episodes with one ``add_episodes`` call; returns their ids."""
+        episodes, self._episodes, self._bytes = self._episodes, [], 0
+        return self.dataset.add_episodes(episodes) if episodes else []
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in a (nested) bulk episode; views count what they show."""
+    if isinstance(value, Mapping):
+        return sum(_nbytes(item) for item in value.values())
+    return int(getattr(value, "nbytes", 0))
 
 
 def _caller_stacklevel(internal: frozenset[str]) -> int:

@@ -53,11 +53,15 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes, *, durable: bool = True, sync_folder: bool = True
+) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
 
     The bytes go to a temporary file in the same folder, which is fsynced and renamed
     over the target; the folder is fsynced too so the rename survives a power loss.
+    ``sync_folder=False`` leaves that last fsync to the caller, so that one
+    :func:`fsync_directory` can cover the renames of several files.
     """
     target = Path(path)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -67,7 +71,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
             handle.flush()
             os.fsync(handle.fileno())
     os.replace(temporary, target)
-    if durable:
+    if durable and sync_folder:
         fsync_directory(target.parent)
 
 

@@ -321,12 +321,52 @@ def _stack_row(
             f"{where}, field {key!r}: the {'initial' if prepend else 'final'} value has shape "
             f"{row.shape} but the per-step values have shape {rows.shape[1:]}"
         )
+    joined = _joined_view(row, rows, prepend=prepend)
+    if joined is not None:
+        return joined
     out = np.empty((rows.shape[0] + 1, *rows.shape[1:]), dtype=np.result_type(row, rows))
     if prepend:
         out[0], out[1:] = row, rows
     else:
         out[:-1], out[-1] = rows, row
     return out
+
+
+def _joined_view(
+    row: npt.NDArray[Any], rows: npt.NDArray[Any], *, prepend: bool
+) -> npt.NDArray[Any] | None:
+    """``row`` and ``rows`` as one read-only view when their buffer already holds them in order.
+
+    Importers slice an episode out of a column they read whole: ``column[s]`` and
+    ``column[s + 1 : s + n]`` are then rows ``[s, s + n)`` of one buffer, and joining
+    them needs no copy. Both must be views of the same owner with the same row layout,
+    ``row`` exactly one row before (or after) ``rows``: every byte of the result is
+    then a byte of ``row`` or of ``rows``, so the view cannot reach outside the buffer.
+    """
+    if row.dtype != rows.dtype or row.strides != rows.strides[1:] or row.shape != rows.shape[1:]:
+        return None
+    if _owner(row) is not _owner(rows):
+        return None
+    step = rows.strides[0]
+    first, last = (row, rows) if prepend else (rows, row)
+    gap = _address(last) - _address(first)
+    if gap != (step if prepend else step * rows.shape[0]):
+        return None
+    return np.lib.stride_tricks.as_strided(
+        first, shape=(rows.shape[0] + 1, *rows.shape[1:]), strides=rows.strides, writeable=False
+    )
+
+
+def _owner(array: npt.NDArray[Any]) -> object:
+    """The object that owns an array's memory (NumPy keeps ``base`` pointing at it)."""
+    owner: object = array
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner
+
+
+def _address(array: npt.NDArray[Any]) -> int:
+    return int(array.__array_interface__["data"][0])
 
 
 def _episode_flag(value: Any, name: str, num_steps: int, where: str) -> bool:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from episodata_core.transfer import ImportResult
 
 __all__ = [
+    "EpisodeRows",
     "EpisodeTable",
     "Exporter",
     "GatherRequest",
@@ -37,6 +38,7 @@ __all__ = [
     "Rows",
     "Sampler",
     "StorageBackend",
+    "SupportsAddEpisodes",
     "SupportsFlush",
     "SupportsPersistence",
     "SupportsVerify",
@@ -63,6 +65,15 @@ class EpisodeTable:
 
     def __len__(self) -> int:
         return int(self.length.shape[0])
+
+
+@dataclass(frozen=True)
+class EpisodeRows:
+    """A complete, finalized episode for :meth:`SupportsAddEpisodes.add_episodes`."""
+
+    rows: Rows
+    terminated: bool
+    truncated: bool
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,27 @@ class SupportsPersistence(Protocol):
 
     def refresh(self) -> None:
         """Re-read the committed index to see episodes other processes added."""
+        ...
+
+
+@runtime_checkable
+class SupportsAddEpisodes(Protocol):
+    """A backend that writes several complete episodes at the cost of one.
+
+    Without it the core calls :meth:`StorageBackend.add_episode` once per episode, which
+    is correct but makes every episode durable on its own (one commit, one fsync each).
+    """
+
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
+        """Write complete, finalized episodes in order; returns their ids.
+
+        The ids are consecutive from ``num_episodes`` before the call, and the stored
+        rows, flags and ids equal those of one :meth:`StorageBackend.add_episode` call
+        per episode. Every episode is durable when this returns. A crash during the call
+        leaves the first k of the episodes (never a later one without an earlier one);
+        backends that commit them at once leave all or none. An empty sequence writes
+        nothing.
+        """
         ...
 
 

@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 
 from episodata_core.dataset import Dataset
-from episodata_core.errors import DatasetStateError, EpisodataError
-from episodata_core.protocols import GatherRequest, StorageBackend
+from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
+from episodata_core.protocols import EpisodeRows, GatherRequest, StorageBackend, SupportsAddEpisodes
 from episodata_core.registry import get_backend
 from episodata_core.schema import DatasetSchema, FieldSpec
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from pydantic import BaseModel
 
-    from episodata_core.protocols import Rows
+    from episodata_core.protocols import EpisodeTable, Rows
 
 __all__ = ["BackendTests", "PersistentBackendTests", "example_rows", "example_schema"]
 
@@ -103,6 +103,8 @@ class BackendTests(Generic[B]):
     """Conformance tests for a :class:`~episodata_core.protocols.StorageBackend`."""
 
     backend_cls: ClassVar[type[Any]]
+    add_episodes_all_or_none: ClassVar[bool] = False
+    """Whether ``add_episodes`` commits all its episodes at once (a crash leaves all or none)."""
 
     # -- fixtures and helpers a subclass may override --------------------------------------
 
@@ -341,6 +343,73 @@ class BackendTests(Generic[B]):
         request = GatherRequest(empty, empty, empty, empty, num_rows=3, fields=("reward/reward",))
         self._check_gather(backend, episodes, request)
 
+    # -- batch writes ---------------------------------------------------------------------
+
+    def _require_add_episodes(self, backend: object) -> SupportsAddEpisodes:
+        if isinstance(backend, SupportsAddEpisodes):
+            return backend
+        pytest.skip(f"{self.backend_cls.__name__} has no add_episodes (the core loops)")
+
+    def test_add_episodes_equals_a_loop(
+        self, backend: B, schema: DatasetSchema, location: str | None, options: dict[str, Any]
+    ) -> None:
+        batch_backend = self._require_add_episodes(backend)
+        ongoing = example_rows(schema, 3, seed=299)
+        backend.start_episode(ongoing)  # ids continue after an ongoing episode
+        assert batch_backend.add_episodes([]) == []
+        batch = _example_batch(schema)
+        ids = batch_backend.add_episodes(batch)
+        loop = self.create(schema, _sibling(location, "loop"), options)
+        loop.start_episode(ongoing)
+        looped = [
+            loop.add_episode(e.rows, terminated=e.terminated, truncated=e.truncated) for e in batch
+        ]
+        assert ids == looped == [1, 2, 3, 4]
+        _assert_same_table(backend.episode_table(), loop.episode_table())
+        self.assert_episode(backend, 0, ongoing)
+        for episode, e in zip(ids, batch, strict=True):
+            self.assert_episode(backend, episode, e.rows)
+        loop.close()
+
+    def test_dataset_add_episodes_equals_a_loop(
+        self, schema: DatasetSchema, location: str | None, options: dict[str, Any]
+    ) -> None:
+        name = self.backend_cls.name
+        batch = _example_batch(schema)
+        dataset = Dataset.create(schema, location, backend=name, **options)
+        loop = Dataset.create(schema, _sibling(location, "loop"), backend=name, **options)
+        for target in (dataset, loop):
+            target.add_episode(_bulk_from_rows(schema, example_rows(schema, 2, seed=298)))
+        # a generator: add_episodes takes any iterable, once
+        ids = dataset.add_episodes(_bulk_of(schema, e) for e in batch)
+        looped = [loop.add_episode(_bulk_of(schema, e)) for e in batch]
+        assert ids == looped == [1, 2, 3, 4]
+        assert dataset.add_episodes(iter([])) == []
+        _assert_same_table(dataset.backend.episode_table(), loop.backend.episode_table())
+        for episode, e in zip(ids, batch, strict=True):
+            self.assert_episode(dataset.backend, episode, e.rows)  # type: ignore[arg-type]
+        dataset.close()
+        loop.close()
+
+    def test_dataset_add_episodes_bad_input_changes_nothing(
+        self, schema: DatasetSchema, location: str | None, options: dict[str, Any]
+    ) -> None:
+        dataset = Dataset.create(schema, location, backend=self.backend_cls.name, **options)
+        dataset.add_episode(_bulk_from_rows(schema, example_rows(schema, 3, seed=297)))
+        before = _files(location)
+        good = [_bulk_of(schema, e) for e in _example_batch(schema)]
+        bad = _bulk_from_rows(schema, example_rows(schema, 4, seed=296))
+        bad["actions"]["camera"] = np.zeros((3, 3), dtype=np.float32)
+        with pytest.raises(SchemaError, match=r"episode 2 \(item 1 of add_episodes\).*'camera'"):
+            dataset.add_episodes([good[0], bad, good[1]])
+        with pytest.raises(SchemaError, match="got one dict"):
+            dataset.add_episodes(good[0])  # type: ignore[arg-type]
+        assert dataset.num_episodes == 1
+        assert _files(location) == before
+        # the next batch gets the ids the rejected one would have had
+        assert dataset.add_episodes(good[:2]) == [1, 2]
+        dataset.close()
+
     # -- through the public API -----------------------------------------------------------
 
     def test_dataset_round_trip(self, location: str | None, options: dict[str, Any]) -> None:
@@ -538,6 +607,13 @@ class PersistentBackendTests(BackendTests[B]):
             reopened = self.open_dataset(location)
             table = reopened.backend.episode_table()
             assert int(np.count_nonzero(~table.ongoing)) >= first, "a finalized episode was lost"
+            if self.add_episodes_all_or_none:
+                # this trial's writer began a batch at every multiple of _BATCH_EVERY >= first
+                start = len(table) - len(table) % _BATCH_EVERY
+                assert not (start >= first and 0 < len(table) - start < _BATCH_SIZE), (
+                    f"trial {trial}: {len(table) - start} of the {_BATCH_SIZE} episodes of "
+                    f"the batch from episode {start} survived; expected all or none"
+                )
             for episode in range(len(table)):
                 expected = dict(_crash_episode_rows(reopened.schema, episode))
                 if table.ongoing[episode] or episode in ended:
@@ -596,19 +672,68 @@ class PersistentBackendTests(BackendTests[B]):
 
 
 def _bulk_episode(schema: DatasetSchema, steps: int, seed: int) -> dict[str, Any]:
-    rows = example_rows(schema, steps + 1, seed=seed)
+    return _bulk_from_rows(schema, example_rows(schema, steps + 1, seed=seed))
+
+
+def _bulk_from_rows(
+    schema: DatasetSchema, rows: Rows, *, terminated: bool = False, truncated: bool = False
+) -> dict[str, Any]:
+    """The bulk action-in dict whose storage rows are ``rows``."""
     by_role: dict[str, dict[str, Any]] = {"observation": {}, "action": {}, "reward": {}, "info": {}}
     for spec in schema:
-        by_role[spec.role][spec.key] = rows[spec.qualified_key]
+        if spec.qualified_key in rows:
+            by_role[spec.role][spec.key] = rows[spec.qualified_key]
     obs, info = by_role["observation"], by_role["info"]
-    return {
+    episode: dict[str, Any] = {
         "initial_observation": {k: v[0] for k, v in obs.items()},
         "observations": {k: v[1:] for k, v in obs.items()},
         "actions": {k: v[1:] for k, v in by_role["action"].items()},
         "rewards": {k: v[1:] for k, v in by_role["reward"].items()},
-        "initial_info": {k: v[0] for k, v in info.items()},
-        "infos": {k: v[1:] for k, v in info.items()},
     }
+    if info:
+        episode["initial_info"] = {k: v[0] for k, v in info.items()}
+        episode["infos"] = {k: v[1:] for k, v in info.items()}
+    episode["terminated"], episode["truncated"] = terminated, truncated
+    return episode
+
+
+def _bulk_of(schema: DatasetSchema, episode: EpisodeRows) -> dict[str, Any]:
+    return _bulk_from_rows(
+        schema, episode.rows, terminated=episode.terminated, truncated=episode.truncated
+    )
+
+
+def _example_batch(schema: DatasetSchema) -> list[EpisodeRows]:
+    """Complete episodes of assorted lengths (one without transitions), flags and fields."""
+    cases = [(5, (), True, False), (1, (), False, False), (7, ("observation/depth",), False, True)]
+    cases.append((4, (), True, True))
+    return [
+        EpisodeRows(example_rows(schema, n, seed=300 + n, absent=absent), terminated, truncated)
+        for n, absent, terminated, truncated in cases
+    ]
+
+
+def _sibling(location: str | None, suffix: str) -> str | None:
+    """A second dataset folder next to ``location`` (``None`` stays ``None``)."""
+    return None if location is None else f"{location}-{suffix}"
+
+
+def _files(location: str | None) -> dict[str, bytes]:
+    """Every file of a dataset folder and its bytes (empty without a location)."""
+    if location is None:
+        return {}
+    root = Path(location)
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _assert_same_table(actual: EpisodeTable, expected: EpisodeTable) -> None:
+    for name in ("length", "terminated", "truncated", "ongoing"):
+        np.testing.assert_array_equal(getattr(actual, name), getattr(expected, name), name)
+    assert sorted(actual.present) == sorted(expected.present)
+    for key, present in expected.present.items():
+        np.testing.assert_array_equal(actual.present[key], present, key)
 
 
 def _crash_episode_rows(schema: DatasetSchema, episode: int) -> Rows:
@@ -616,17 +741,30 @@ def _crash_episode_rows(schema: DatasetSchema, episode: int) -> Rows:
 
 
 # The writer of the crash tests: appends episodes built from their id (so the parent can
-# rebuild every expected row), half of them step by step with flushes, until killed.
+# rebuild every expected row), until killed. Ids that are a multiple of _BATCH_EVERY start
+# a batch of _BATCH_SIZE through Dataset.add_episodes; of the others, odd ones are added
+# whole and even ones step by step with flushes.
+_BATCH_EVERY, _BATCH_SIZE = 6, 3
 _CRASH_WRITER = """
 import sys
 from episodata_core.dataset import Dataset
-from episodata_core.testing.backend import _crash_episode_rows
+from episodata_core.testing.backend import (
+    _BATCH_EVERY, _BATCH_SIZE, _bulk_from_rows, _crash_episode_rows
+)
 
 dataset = Dataset.open(sys.argv[1])
 episode = int(sys.argv[2])
 print("ready", flush=True)
 while True:
     rows = _crash_episode_rows(dataset.schema, episode)
+    if episode % _BATCH_EVERY == 0:
+        batch = range(episode, episode + _BATCH_SIZE)
+        dataset.add_episodes(
+            _bulk_from_rows(dataset.schema, _crash_episode_rows(dataset.schema, e), terminated=True)
+            for e in batch
+        )
+        episode += _BATCH_SIZE
+        continue
     if episode % 2:
         dataset._prepare_write()
         dataset.backend.add_episode(rows, terminated=True, truncated=False)

@@ -114,6 +114,8 @@ def import_file(path: str, dataset: Dataset, options: D4RLOptions) -> ImportResu
             terminals=terminals,
             cache=scan.cache,
             budget=READ_BUDGET_BYTES,
+            # what the backend holds while it writes stays small next to the batch
+            write_bytes=READ_BUDGET_BYTES // 16,
         )
         metadata = handle.get("metadata")
         tree = (

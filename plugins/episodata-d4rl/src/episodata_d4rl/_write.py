@@ -2,7 +2,10 @@
 
 Kept episodes are grouped into batches of adjacent rows that fit the read budget; each
 column is read once per batch with one slice, and every episode of the batch is a set of
-views into those arrays (plus one joined final row).
+views into those arrays. Where the final observation comes from ``next_observations``,
+the episode's observations are copied once into one buffer with it, so that the reset
+observation and the rest stay views of that buffer. The episodes of a batch go to
+``Dataset.add_episodes`` together: a durable commit per episode would dominate.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from episodata_core.importing import PendingEpisodes
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,8 +59,12 @@ def write_episodes(
     terminals: npt.NDArray[np.bool_],
     cache: dict[str, npt.NDArray[Any]],
     budget: int,
+    write_bytes: int,
 ) -> None:
-    """Append every kept episode to ``dataset`` in source order."""
+    """Append every kept episode to ``dataset`` in source order.
+
+    At most ``write_bytes`` of episodes go to one ``add_episodes`` call.
+    """
     kept = np.flatnonzero(plan.kept)
     if kept.size == 0:
         return
@@ -67,6 +76,7 @@ def write_episodes(
     first = episodes.start[kept]
     # a maze2d piece also reads the next piece's first row, its final observation
     last = episodes.end[kept] + (plan.final[kept] == "next_row_continuous")
+    pending = PendingEpisodes(dataset, max_bytes=write_bytes)
     for k0, k1 in batches(first, last, row_bytes, budget):
         r0, r1 = int(first[k0]), int(last[k0:k1].max()) + 1
 
@@ -85,12 +95,12 @@ def write_episodes(
             final = str(plan.final[k])
             if final == "next_observations":
                 assert successors is not None
-                observations = np.concatenate([obs[s + 1 : e + 1], successors[e : e + 1]])
+                joined = _joined(obs[s : e + 1], successors[e : e + 1])
             else:  # "next_row_continuous" reads row e + 1; "dropped" stops at row e
-                observations = obs[s + 1 : s + 1 + steps]
+                joined = obs[s : s + 1 + steps]
             episode: dict[str, Any] = {
-                "initial_observation": {keys["observation"]: obs[s]},
-                "observations": {keys["observation"]: observations},
+                "initial_observation": {keys["observation"]: joined[0]},
+                "observations": {keys["observation"]: joined[1:]},
                 "actions": {keys["action"]: actions[s : s + steps]},
                 "rewards": {keys["reward"]: rewards[r0 + s : r0 + s + steps]},
                 "terminated": bool(plan.terminated[k]),
@@ -100,20 +110,31 @@ def write_episodes(
                 episode["initial_info"], episode["infos"] = _infos(
                     infos, s, e, steps, unknown_last=final == "next_observations"
                 )
-            dataset.add_episode(episode)
+            pending.add(episode)
+        # written before the next read: the queued episodes are views of this batch
+        pending.write()
+
+
+def _joined(rows: npt.NDArray[Any], last: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``rows`` followed by ``last`` in one new buffer: the episode's only copy."""
+    out = np.empty((rows.shape[0] + last.shape[0], *rows.shape[1:]), dtype=rows.dtype)
+    out[: rows.shape[0]] = rows
+    out[rows.shape[0] :] = last
+    return out
 
 
 def _infos(
     infos: dict[str, npt.NDArray[Any]], s: int, e: int, steps: int, *, unknown_last: bool
 ) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
-    initial = {key: values[s] for key, values in infos.items()}
     if not unknown_last:
-        return initial, {key: values[s + 1 : s + 1 + steps] for key, values in infos.items()}
+        first = {key: values[s] for key, values in infos.items()}
+        return first, {key: values[s + 1 : s + 1 + steps] for key, values in infos.items()}
     # Case A: the info of next_observations[e] was never recorded
-    rest = {
-        key: np.concatenate([values[s + 1 : e + 1], _unknown_row(values)])
-        for key, values in infos.items()
+    joined = {
+        key: _joined(values[s : e + 1], _unknown_row(values)) for key, values in infos.items()
     }
+    initial: dict[str, Any] = {key: values[0] for key, values in joined.items()}
+    rest = {key: values[1:] for key, values in joined.items()}
     initial["info_valid"] = np.True_
     rest["info_valid"] = np.arange(steps) < steps - 1
     return initial, rest

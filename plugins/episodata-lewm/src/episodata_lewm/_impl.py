@@ -101,6 +101,8 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
             prepared.lengths,
             flags,
             action_in=alignment == "in",
+            # what the backend holds while it writes stays small next to the window
+            write_bytes=max(1, options.read_budget_bytes // 16),
         )
     return _result(path, prepared, options, scan, flags, reasons, log, alignment, assumed)
 

@@ -3,6 +3,10 @@
 Row t of an swm episode holds ``o_t``, the action taken **at** ``o_t`` and the reward of
 **arriving** at ``o_t``. So the action of internal row j is ``action[g + j - 1]`` and its
 reward is ``reward[g + j]``: actions shift, rewards do not.
+
+The episodes of a window go to ``Dataset.add_episodes`` together (a durable commit per
+episode would dominate the import), with observations and infos as views of the window:
+rows ``[g, g + n)`` of a column are already the episode's rows.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from episodata_core.importing import PendingEpisodes
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -53,26 +59,32 @@ def write_episodes(
     flags: EpisodeFlags,
     *,
     action_in: bool,
+    write_bytes: int,
 ) -> None:
-    """Append every kept selected episode to ``dataset``, window by window."""
+    """Append every kept selected episode to ``dataset``, window by window.
+
+    At most ``write_bytes`` of episodes go to one ``add_episodes`` call.
+    """
     by_role: dict[str, list[str]] = {role: [] for role in _KEYS}
     for name, role in layout.roles.items():
         by_role[role].append(name)
     streaming = _Stream(dataset, by_role, action_in)
+    pending = PendingEpisodes(dataset, max_bytes=write_bytes)
     for window in windows:
-        # one window's arrays at a time: they are released before the next read
-        _write_window(handle, dataset, layout, window, offsets, lengths, flags, streaming)
+        _write_window(handle, layout, window, offsets, lengths, flags, streaming, pending)
+        # written before the next read: the queued episodes are views of this window
+        pending.write()
 
 
 def _write_window(
     handle: Any,
-    dataset: Dataset,
     layout: Layout,
     window: Window,
     offsets: npt.NDArray[np.int64],
     lengths: npt.NDArray[np.int64],
     flags: EpisodeFlags,
     streaming: _Stream,
+    pending: PendingEpisodes,
 ) -> None:
     a, b = window.start, window.stop
     columns = {name: _read(handle, layout, name, a, b) for name in layout.roles}
@@ -89,7 +101,7 @@ def _write_window(
         episode = _episode(columns, streaming.by_role, s, n, action_in=streaming.action_in)
         episode["terminated"] = bool(flags.terminated[ordinal])
         episode["truncated"] = bool(flags.truncated[ordinal])
-        dataset.add_episode(episode)
+        pending.add(episode)
 
 
 def _episode(

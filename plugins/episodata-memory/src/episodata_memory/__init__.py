@@ -17,7 +17,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from episodata_core.errors import DatasetStateError, SchemaError
-from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
+from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
 from episodata_memory._growable import Growable
 
 if TYPE_CHECKING:
@@ -153,6 +153,14 @@ class MemoryBackend:
         self._terminated.data[episode] = terminated
         self._truncated.data[episode] = truncated
         return episode
+
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
+        """Append complete episodes in order; nothing to commit, so one by one."""
+        self._check_open()
+        return [
+            self.add_episode(e.rows, terminated=e.terminated, truncated=e.truncated)
+            for e in episodes
+        ]
 
     def _append_shared(self, rows: Rows) -> int:
         count = _num_rows(rows)

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import FormatError
-from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
+from episodata_core.importing import (
+    PendingEpisodes,
+    WarningLog,
+    field_reports,
+    flag_counts,
+    source_record,
+)
 from episodata_core.transfer import ImportReport, ImportResult
 from episodata_minari._images import decode_jpeg_rows
 from episodata_minari._layout import inspect_file, open_file
@@ -73,12 +79,15 @@ def import_source(source: str, dataset: Dataset, options: MinariOptions) -> Impo
         flags = _read_flags(handle, layout)
         images = _decode_pass(handle, layout)
         log.finish(strict=options.strict)  # the last check before the first write
+        # episodes are committed together, up to 64 MiB of arrays per add_episodes call
+        pending = PendingEpisodes(dataset)
         for position, entry in enumerate(layout.episodes):
             if entry.steps:
                 episode = _episode(handle[entry.name], layout, entry, options, images)
                 episode["terminated"] = bool(flags.terminated[position])
                 episode["truncated"] = bool(flags.truncated[position])
-                dataset.add_episode(episode)
+                pending.add(episode)
+        pending.write()
     return _result(layout, options, flags, log)
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaError
 from episodata_core.location import fsync_directory, write_atomic
+from episodata_core.protocols import EpisodeRows
 from episodata_npz._archive import EpisodeArchive, EpisodeMeta, encode_episode
 from episodata_npz._buffers import DecodedCache, Growable
 from episodata_npz._index import Index, Ongoing
@@ -225,7 +226,7 @@ class NpzDirectoryBackend:
         """Write the episode's archive; it is durable when this returns."""
         state = self._ongoing_state(episode)
         rows = {key: grow.view() for key, grow in state.buffers.items()}
-        self._commit(episode, rows, terminated=terminated, truncated=truncated)
+        self._commit([(episode, rows, terminated, truncated)])
         self._index.put(
             episode,
             state.num_rows - 1,
@@ -241,41 +242,66 @@ class NpzDirectoryBackend:
 
     def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
         """Write a complete episode's archive; durable when this returns."""
-        self._check_writable()
-        num_rows = self._check_rows(rows, "a new episode")
-        episode = len(self._index)
-        self._commit(episode, rows, terminated=terminated, truncated=truncated)
-        self._index.put(
-            episode,
-            num_rows - 1,
-            terminated=terminated,
-            truncated=truncated,
-            ongoing=False,
-            fields=rows,
-        )
-        return episode
+        return self.add_episodes([EpisodeRows(rows, terminated, truncated)])[0]
 
-    def _commit(self, episode: int, rows: Rows, *, terminated: bool, truncated: bool) -> None:
-        """Archive, rename into place, then log: the order that recovery relies on."""
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
+        """Write complete episodes' archives, with one folder fsync and one log append.
+
+        Durable when this returns. A crash in between leaves the first k episodes: the
+        archives are renamed into place in id order, and recovery logs any archive
+        that is there without its line.
+        """
+        self._check_writable()
+        first = len(self._index)
+        counts = [self._check_rows(e.rows, f"episode {first + k}") for k, e in enumerate(episodes)]
+        ids = list(range(first, first + len(episodes)))
+        self._commit(
+            [(i, e.rows, e.terminated, e.truncated) for i, e in zip(ids, episodes, strict=True)]
+        )
+        for episode, new, num_rows in zip(ids, episodes, counts, strict=True):
+            self._index.put(
+                episode,
+                num_rows - 1,
+                terminated=new.terminated,
+                truncated=new.truncated,
+                ongoing=False,
+                fields=new.rows,
+            )
+        return ids
+
+    def _commit(self, finals: Sequence[tuple[int, Rows, bool, bool]]) -> None:
+        """Archive, rename into place, then log: the order that recovery relies on.
+
+        ``finals`` are ``(episode, rows, terminated, truncated)`` in ascending id order.
+        """
+        if not finals:
+            return
+        top = finals[-1][0]
         # ids stay contiguous across a crash: an earlier episode that is still ongoing
         # gets at least its reset row on disk before a later one becomes durable
         for earlier, state in sorted(self._ongoing.items()):
-            if earlier < episode and state.durable_rows == 0:
+            if earlier < top and state.durable_rows == 0:
                 self._spill(earlier, state, 1)
-        length = _num_rows(rows) - 1
-        meta = EpisodeMeta(episode, length, terminated, truncated, ongoing=False)
-        data = self._encode(rows, meta)
-        write_atomic(self._root / EPISODES / file_name(episode), data)
-        entry = LogEntry(
-            file=f"{EPISODES}/{file_name(episode)}",
-            sha256=hashlib.sha256(data).hexdigest(),
-            size=len(data),
-            length=length,
-            terminated=terminated,
-            truncated=truncated,
-            absent=sorted(self._optional - rows.keys()),
-        )
-        self._log.append(episode, entry)
+        entries = []
+        for episode, rows, terminated, truncated in finals:
+            length = _num_rows(rows) - 1
+            meta = EpisodeMeta(episode, length, terminated, truncated, ongoing=False)
+            data = self._encode(rows, meta)
+            # each archive is fsynced before its rename; the renames share one folder
+            # fsync below. Renames are journaled in order, so a power loss keeps a prefix
+            write_atomic(self._root / EPISODES / file_name(episode), data, sync_folder=False)
+            entry = LogEntry(
+                file=f"{EPISODES}/{file_name(episode)}",
+                sha256=hashlib.sha256(data).hexdigest(),
+                size=len(data),
+                length=length,
+                terminated=terminated,
+                truncated=truncated,
+                absent=sorted(self._optional - rows.keys()),
+            )
+            entries.append((episode, entry))
+        fsync_directory(self._root / EPISODES)
+        self._log.append_many(entries)
 
     def _spill(self, episode: int, state: Ongoing, num_rows: int) -> None:
         rows = {key: grow.view()[:num_rows] for key, grow in state.buffers.items()}

@@ -31,6 +31,7 @@ from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.location import inside
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
 __all__ = [
@@ -211,20 +212,24 @@ class CommitLog:
 
     def append(self, episode: int, entry: LogEntry) -> None:
         """Append one line and fsync it; on failure the log is cut back to where it was."""
-        line = (entry.model_dump_json() + "\n").encode()
+        self.append_many([(episode, entry)])
+
+    def append_many(self, entries: Sequence[tuple[int, LogEntry]]) -> None:
+        """Append one line per entry with one write and one fsync; all or none on failure."""
+        data = b"".join((entry.model_dump_json() + "\n").encode() for _, entry in entries)
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            view = memoryview(line)
+            view = memoryview(data)
             while view:
                 view = view[os.write(self._fd, view) :]
             os.fsync(self._fd)
         except BaseException:
             os.ftruncate(self._fd, self._offset)
             raise
-        self._offset += len(line)
-        self._lines += 1
-        self.entries[episode] = entry
+        self._offset += len(data)
+        self._lines += len(entries)
+        self.entries.update(entries)
 
     def repair_tail(self) -> bool:
         """Cut off an incomplete last line (a killed append); whether anything was cut."""

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
-    from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
+    from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
     from episodata_zarr._forked import RemoteStore
     from episodata_zarr._impl import ZarrStore
@@ -150,6 +150,16 @@ class ZarrBackend:
     def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
         """Write a finalized episode and commit; durable on return."""
         return self._store.add_episode(rows, terminated=terminated, truncated=truncated)
+
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
+        """Write finalized episodes with one commit; durable together on return.
+
+        A crash during the call leaves all of them or none: one ``commit.json`` covers
+        them all. A call that writes at least 1/16 of ``cache_pool_bytes`` starts an
+        empty TensorStore cache afterwards, so that the chunks it wrote do not stay in
+        memory; reads then fetch chunks from disk again.
+        """
+        return self._store.add_episodes(episodes)
 
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
         """Rows ``[start, stop)`` of one episode, ``[stop - start, *shape]`` per field."""

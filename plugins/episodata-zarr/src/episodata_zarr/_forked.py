@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from episodata_core.protocols import Rows
+    from episodata_core.protocols import EpisodeRows, Rows
     from episodata_zarr import ZarrBackend
     from episodata_zarr._options import ZarrOptions
 
@@ -200,6 +200,10 @@ class RemoteStore:
         self._refuse()
 
     def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
+        """Refused: read-only."""
+        self._refuse()
+
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
         """Refused: read-only."""
         self._refuse()
 

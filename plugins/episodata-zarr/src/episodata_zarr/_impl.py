@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
+    from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_zarr._forked import ForkedReader
     from episodata_zarr._options import ZarrOptions
 
@@ -73,12 +73,7 @@ class ZarrStore:
         self.options = options
         self.record = record
         self.writable = writable
-        self.context = ts.Context(
-            {
-                "cache_pool": {"total_bytes_limit": options.cache_pool_bytes},
-                "file_io_sync": options.fsync,
-            }
-        )
+        self.context = self.new_context()
         optional = tuple(spec.qualified_key for spec in schema if spec.optional)
         self.index_layout = IndexLayout(optional, schema.qualified_keys)
         self.index = EpisodeIndex(self.index_layout)
@@ -94,6 +89,15 @@ class ZarrStore:
         self.closed = False
 
     # -- paths and handles ----------------------------------------------------------------
+
+    def new_context(self) -> Any:
+        """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
+        return ts.Context(
+            {
+                "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
+                "file_io_sync": self.options.fsync,
+            }
+        )
 
     def spec(self, path: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
@@ -394,6 +398,25 @@ class ZarrStore:
         episode = len(self.index)
         commit(self, [(episode, rows, terminated, truncated)])
         return episode
+
+    def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
+        """Append finalized episodes with one commit; all durable (or none) on return."""
+        self.check(write=True)
+        first = len(self.index)
+        ids = list(range(first, first + len(episodes)))
+        commit(
+            self,
+            [(i, e.rows, e.terminated, e.truncated) for i, e in zip(ids, episodes, strict=True)],
+        )
+        written = sum(block.nbytes for e in episodes for block in e.rows.values())
+        if written * 16 >= self.options.cache_pool_bytes > 0:
+            # the written chunks now fill TensorStore's cache, where bulk writes are seldom
+            # read back soon: a fresh cache gives that memory back at once (an import's
+            # RSS stays bounded by its read budget). Reopening costs a few milliseconds,
+            # so smaller calls keep the cache
+            self.context = self.new_context()
+            self.open_arrays()
+        return ids
 
     def flush(self) -> None:
         """Spill every ongoing episode's unflushed rows and commit them."""

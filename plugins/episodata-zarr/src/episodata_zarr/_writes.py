@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from episodata_core.protocols import Rows
     from episodata_zarr._impl import ZarrStore
+    from episodata_zarr._layout import FieldLayout
 
 __all__ = ["Final", "Ongoing", "commit", "trim"]
 
@@ -33,6 +34,7 @@ Final = tuple[int, "Rows", bool, bool]
 """A finalized episode to commit: ``(episode id, rows, terminated, truncated)``."""
 
 _Target = tuple[int, str] | str  # a spill (episode, field), a field, or "" for the index
+_RUN_BYTES = 8 << 20  # rows of adjacent episodes joined into one write
 
 
 class Ongoing:
@@ -101,9 +103,7 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
     spill_crc = {e: _spill_crc(store, e) for e in spills}
     _grow(store, rows, episodes, spills)
     ids = [episode for episode, *_ in finals] + spills
-    futures = [
-        f for start, count, encoded in blocks for f in _write_block(store, start, count, encoded)
-    ]
+    futures = _write_blocks(store, blocks)
     futures += [f for e in spills for f in _write_spill(store, e)]
     futures += _write_entries(store, ids, np.concatenate(entries))
     for future in futures:
@@ -204,17 +204,52 @@ def _resize(handle: Any, rows: int, *, grow: bool) -> Any:
     return handle.resize(exclusive_max=bounds, shrink_only=True)
 
 
-def _write_block(
-    store: ZarrStore, start: int, count: int, encoded: dict[str, npt.NDArray[Any]]
+def _write_blocks(
+    store: ZarrStore, blocks: Sequence[tuple[int, int, dict[str, npt.NDArray[Any]]]]
 ) -> list[Any]:
-    futures = []
+    """Write the ``(start, count, encoded)`` blocks of consecutive rows of finalized episodes.
+
+    Several blocks go through one TensorStore transaction: without it, writes that are
+    in flight together and share a chunk each rewrite that chunk, so a commit of many
+    short episodes would encode and store every chunk many times. Adjacent blocks are
+    joined into writes of about ``_RUN_BYTES`` each: a write costs tens of microseconds
+    however small, and short episodes are many.
+    """
+    if len(blocks) <= 1:
+        return [
+            store.data[key][start : start + count].write(_rows_of(layout, key, count, encoded))
+            for start, count, encoded in blocks
+            for key, layout in store.layouts.items()
+        ]
+    import tensorstore as ts
+
+    transaction = ts.Transaction()
     for key, layout in store.layouts.items():
-        block = encoded.get(key)
-        if block is None:
-            # absent optional fields take zero rows: every field shares one row numbering
-            block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
-        futures.append(store.data[key][start : start + count].write(block))
-    return futures
+        handle = store.data[key].with_transaction(transaction)
+        run: list[npt.NDArray[Any]] = []
+        first = rows = size = 0
+        for index, (start, count, encoded) in enumerate(blocks):
+            if not run:
+                first = start
+            run.append(_rows_of(layout, key, count, encoded))
+            rows, size = rows + count, size + run[-1].nbytes
+            if size >= _RUN_BYTES or index == len(blocks) - 1:
+                joined = run[0] if len(run) == 1 else np.concatenate(run)
+                # waited for at once: the joined copy is freed before the next is made
+                future = handle[first : first + rows].write(joined)
+                result(future, f"cannot write to {str(store.folder)!r}")
+                run, rows, size = [], 0, 0
+    return [transaction.commit_async()]
+
+
+def _rows_of(
+    layout: FieldLayout, key: str, count: int, encoded: dict[str, npt.NDArray[Any]]
+) -> npt.NDArray[Any]:
+    block = encoded.get(key)
+    if block is None:
+        # absent optional fields take zero rows: every field shares one row numbering
+        block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
+    return block
 
 
 def _write_spill(store: ZarrStore, episode: int) -> list[Any]:
