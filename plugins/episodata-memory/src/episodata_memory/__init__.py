@@ -10,6 +10,7 @@ concatenating.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -285,11 +286,18 @@ def _gather_windows(
         return rows
     windows = np.ndarray(
         shape=(data.shape[0] - num_rows + 1,),
-        dtype=np.dtype((np.void, row_bytes * num_rows)),
+        dtype=_window_dtype(row_bytes * num_rows),
         buffer=data,
         strides=(row_bytes,),
     )
     return windows[first].view(data.dtype).reshape(len(first), num_rows, *data.shape[1:])
+
+
+@functools.lru_cache(maxsize=64)
+def _window_dtype(size: int) -> np.dtype[np.void]:
+    # building a void dtype costs about as much as the window view itself; streams ask
+    # for the same few sizes on every batch
+    return np.dtype((np.void, size))
 
 
 def _num_rows(rows: Rows) -> int:
