@@ -462,8 +462,9 @@ class Dataset:
         Every episode is validated before any is written: a bad one anywhere leaves the
         dataset as it was. The ids, rows and flags are those of one :meth:`add_episode`
         call per episode, and all of them are durable when this returns. Backends that
-        support it (memory, npz_directory, zarr) commit them together, far cheaper than
-        one by one; zarr commits them as a whole, so a crash leaves all of them or none.
+        support it write them together: zarr with one commit, far cheaper than one by one,
+        so a crash leaves all of them or none; npz_directory logs them with one append,
+        so a crash leaves the first few.
         Every episode is held in memory until the write, so keep the number of episodes
         per call bounded. An empty ``episodes`` writes nothing and returns ``[]``.
 

@@ -245,7 +245,7 @@ class NpzDirectoryBackend:
         return self.add_episodes([EpisodeRows(rows, terminated, truncated)])[0]
 
     def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
-        """Write complete episodes' archives, with one folder fsync and one log append.
+        """Write complete episodes' archives, then log them with one append.
 
         Durable when this returns. A crash in between leaves the first k episodes: the
         archives are renamed into place in id order, and recovery logs any archive
@@ -287,9 +287,9 @@ class NpzDirectoryBackend:
             length = _num_rows(rows) - 1
             meta = EpisodeMeta(episode, length, terminated, truncated, ongoing=False)
             data = self._encode(rows, meta)
-            # each archive is fsynced before its rename; the renames share one folder
-            # fsync below. Renames are journaled in order, so a power loss keeps a prefix
-            write_atomic(self._root / EPISODES / file_name(episode), data, sync_folder=False)
+            # each archive and its rename are durable before the next one is written:
+            # whatever stops the writer (a kill, a power loss) leaves a prefix of ids
+            write_atomic(self._root / EPISODES / file_name(episode), data)
             entry = LogEntry(
                 file=f"{EPISODES}/{file_name(episode)}",
                 sha256=hashlib.sha256(data).hexdigest(),
@@ -300,7 +300,6 @@ class NpzDirectoryBackend:
                 absent=sorted(self._optional - rows.keys()),
             )
             entries.append((episode, entry))
-        fsync_directory(self._root / EPISODES)
         self._log.append_many(entries)
 
     def _spill(self, episode: int, state: Ongoing, num_rows: int) -> None:
