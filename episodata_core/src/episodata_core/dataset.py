@@ -409,18 +409,24 @@ class Dataset:
         between calls and only catches up with new episodes.
         """
         batch_size = positive_int("batch_size", batch_size)
-        index = self._transition_indexes.get(id(filter))
-        if index is None or index._filter is not filter:
-            index = SegmentIndex(self, 1, pad=None, filter=filter)
-            self._transition_indexes[id(filter)] = index
-        else:
-            index.refresh()
-        if not len(index):
-            raise SchemaError(f"sample_transitions: nothing to sample: {index.describe_empty()}")
-        rng = self._rng if seed is None else np.random.default_rng(seed)
-        positions = rng.integers(len(index), size=batch_size, dtype=np.int64)
-        episodes, starts = index.locate(positions)
-        return read_transitions(self, episodes, starts, self._field_keys(fields))
+        keys = self._field_keys(fields)
+        with self._io_lock:
+            # one episode-table snapshot for the index, the draw and the rows
+            table = self._backend.episode_table()
+            index = self._transition_indexes.get(id(filter))
+            if index is None or index._filter is not filter:
+                index = SegmentIndex(self, 1, pad=None, filter=filter)
+                self._transition_indexes[id(filter)] = index
+            else:
+                index.refresh_from(table)
+            if not len(index):
+                raise SchemaError(
+                    f"sample_transitions: nothing to sample: {index.describe_empty()}"
+                )
+            rng = self._rng if seed is None else np.random.default_rng(seed)
+            positions = rng.integers(len(index), size=batch_size, dtype=np.int64)
+            episodes, starts = index.locate(positions)
+            return read_transitions(self, episodes, starts, keys, table=table)
 
     def _field_keys(self, fields: str | Iterable[str] | None) -> tuple[str, ...]:
         if fields is None or isinstance(fields, str):

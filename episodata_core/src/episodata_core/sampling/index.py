@@ -23,6 +23,7 @@ from episodata_core.errors import SchemaError
 if TYPE_CHECKING:
     from episodata_core.dataset import Dataset
     from episodata_core.episode import Episode
+    from episodata_core.protocols import EpisodeTable
 
 __all__ = ["Pad", "SegmentIndex", "WindowSpec"]
 
@@ -141,10 +142,13 @@ class SegmentIndex:
         re-summation from the first changed episode onwards.
         """
         with self._dataset._io_lock:
-            return self._refresh()
+            return self.refresh_from(self._dataset.backend.episode_table())
 
-    def _refresh(self) -> bool:
-        table = self._dataset.backend.episode_table()
+    def refresh_from(self, table: EpisodeTable) -> bool:
+        """:meth:`refresh` from a snapshot the caller took under the dataset's I/O lock.
+
+        For a caller that reads rows with the same snapshot (one table per batch).
+        """
         total = len(table)
         known = len(self._windows)
         if total == known and not len(self._watch):

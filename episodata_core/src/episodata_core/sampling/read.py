@@ -95,8 +95,12 @@ def read_transitions(
     episodes: npt.NDArray[np.int64],
     starts: npt.NDArray[np.int64],
     fields: tuple[str, ...],
+    *,
+    table: EpisodeTable | None = None,
 ) -> Transition:
     """Read ``[B]`` single transitions (time axis removed); never padded.
+
+    ``table``: a snapshot the caller took under the dataset's I/O lock, which it holds.
 
     The same result as a window of length 1 through :func:`read_windows`, without its
     padding and per-step flag arithmetic: this is the per-call cost of a replay buffer.
@@ -113,7 +117,8 @@ def read_transitions(
     terminated = np.zeros(size, dtype=bool)
     truncated = np.zeros(size, dtype=bool)
     with dataset._io_lock:
-        table = dataset.backend.episode_table()
+        if table is None:
+            table = dataset.backend.episode_table()
         # one snapshot for flags and rows: a writer cannot move an episode in between
         (last,) = np.nonzero(starts + 1 == table.length[episodes])
         # flags live on episodes' last transitions only: look up those few, not all B

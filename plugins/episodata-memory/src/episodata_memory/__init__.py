@@ -68,6 +68,7 @@ class MemoryBackend:
         self._ongoing = Growable((), np.dtype(np.bool_), 64)
         self._present = {key: Growable((), np.dtype(np.bool_), 64) for key in self._optional}
         self._ongoing_rows: dict[int, dict[str, Growable]] = {}
+        self._table: EpisodeTable | None = None
         self._initial_rows = rows
         self._closed = False
 
@@ -91,6 +92,15 @@ class MemoryBackend:
 
     def episode_table(self) -> EpisodeTable:
         """Views of the per-episode index, valid until the next write."""
+        # a sampling loop asks for it on every batch; writes drop it (_index_changed)
+        if self._table is None:
+            self._table = self._build_table()
+        return self._table
+
+    def _index_changed(self) -> None:
+        self._table = None
+
+    def _build_table(self) -> EpisodeTable:
         return EpisodeTable(
             length=self._length.view(),
             terminated=self._terminated.view(),
@@ -100,6 +110,7 @@ class MemoryBackend:
         )
 
     def _new_index_entry(self, rows: Rows, *, row_start: int, ongoing: bool) -> int:
+        self._index_changed()
         episode = len(self._length)
         self._row_start.append_one(row_start)
         self._length.append_one(_num_rows(rows) - 1)
@@ -134,12 +145,14 @@ class MemoryBackend:
             )
         for key, block in rows.items():
             buffers[key].extend(block)
+        self._index_changed()
         self._length.data[episode] += _num_rows(rows)
 
     def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
         """Move an ongoing episode's rows into the shared arrays."""
         buffers = self._ongoing_buffers(episode)
         rows = {key: grow.view() for key, grow in buffers.items()}
+        self._index_changed()
         self._row_start.data[episode] = self._append_shared(rows)
         self._terminated.data[episode] = terminated
         self._truncated.data[episode] = truncated
