@@ -6,12 +6,14 @@ rejected batch, crashes); these cover what the core does around the backend.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 import pytest
 
 from episodata_core import hooks
+from episodata_core._batching import batched_by_bytes
 from episodata_core.dataset import Dataset
 from episodata_core.errors import FieldNotFoundError, SchemaError
 from episodata_core.schema import DatasetSchema, FieldSpec
@@ -183,3 +185,24 @@ def test_the_written_hook_fires_once_per_episode_after_the_batch() -> None:
         hooks.unregister_hooks(recorder)
     # every episode of the batch is written before the first hook call
     assert seen == [(0, 2), (1, 2)]
+
+
+def test_from_episodes_writes_in_batches_with_the_same_result(tmp_path: Any) -> None:
+    episodes = [_episode(3 + k % 4, seed=k, terminated=k % 3 == 0) for k in range(30)]
+    path = tmp_path / "batched"
+    batched = Dataset.from_episodes(iter(episodes), SCHEMA, str(path), backend="zarr")
+    one_by_one = Dataset.create(SCHEMA)
+    for episode in episodes:
+        one_by_one.add_episode(episode)
+    _assert_same(batched, one_by_one)
+    batched.close()
+    commits = json.loads((path / "commit.json").read_text())["generation"]
+    assert commits <= 2, f"{commits} commits for 30 small episodes"
+
+
+def test_batches_close_once_they_reach_the_byte_bound() -> None:
+    sizes = [5, 1, 4, 10, 2, 2, 2]
+    runs = list(batched_by_bytes(sizes, 6, lambda size: size))
+    assert runs == [[5, 1], [4, 10], [2, 2, 2]]
+    assert list(batched_by_bytes([], 6, lambda size: size)) == []
+    assert list(batched_by_bytes([9], 6, lambda size: size)) == [[9]]

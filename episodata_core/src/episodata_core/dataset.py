@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from episodata_core import hooks, location, registry
+from episodata_core._batching import BATCH_BYTES, batched_by_bytes, nbytes_of
 from episodata_core._options import validate_options
 from episodata_core._progress import progress_bar
 from episodata_core._version import __version__
@@ -34,7 +36,7 @@ from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, Vector
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
 
     from pydantic import BaseModel
 
@@ -227,9 +229,10 @@ class Dataset:
             schema = DatasetSchema.infer(first, alignment=alignment)
         dataset = cls.create(schema, path, backend=backend, metadata=metadata, **options)
         if first is not None:
-            dataset.add_episode(first, alignment=alignment)
-            for episode in iterator:
-                dataset.add_episode(episode, alignment=alignment)
+            # batches of episodes: one durable commit each, not one per episode
+            everything = itertools.chain([first], iterator)
+            for batch in batched_by_bytes(everything, BATCH_BYTES, nbytes_of):
+                dataset._add_validated(batch, alignment, name_items=None)
         return dataset
 
     # -- properties -----------------------------------------------------------------------
@@ -483,24 +486,30 @@ class Dataset:
                 "add_episodes: expected an iterable of episode dicts, got one dict (keys "
                 f"{sorted(map(str, episodes))[:4]}); pass [episode], or call add_episode"
             )
+        return self._add_validated(episodes, alignment, name_items="add_episodes")
+
+    def _add_validated(
+        self,
+        episodes: Iterable[Mapping[str, Any]],
+        alignment: Alignment | None,
+        *,
+        name_items: str | None,
+    ) -> list[int]:
+        """Validate every episode, then write them all; ``name_items`` labels errors."""
         self._prepare_write()
         first = self.num_episodes
         checked = [
-            self._validated(episode, f"episode {first + k} (item {k} of add_episodes)", alignment)
+            self._validated(
+                episode,
+                f"episode {first + k}" + (f" (item {k} of {name_items})" if name_items else ""),
+                alignment,
+            )
             for k, episode in enumerate(episodes)
         ]
         if not checked:
             return []
         with self._io_lock:
-            if isinstance(self._backend, SupportsAddEpisodes):
-                ids = self._backend.add_episodes(checked)
-            else:
-                ids = [
-                    self._backend.add_episode(
-                        new.rows, terminated=new.terminated, truncated=new.truncated
-                    )
-                    for new in checked
-                ]
+            ids = _add_rows(self._backend, checked)
         for index in ids:
             self._after_episode_written(index)
         return ids
@@ -622,8 +631,9 @@ class Dataset:
         """Copy every episode to a new dataset, possibly on another backend.
 
         Episode ids, flags and ongoing state are kept; reads of the copy equal reads of
-        the original. Episodes stream one at a time, so memory stays bounded by the
-        largest episode.
+        the original. Finalized episodes are written in batches of about 64 MiB (one
+        commit each where the target backend supports it), so memory stays bounded by
+        that or by the largest episode.
         """
         target = Dataset.create(
             self.schema, path, backend=backend, metadata=self._manifest.metadata, **options
@@ -631,20 +641,28 @@ class Dataset:
         table = self._backend.episode_table()
         count = len(table)
         keys = self.schema.qualified_keys
+        pending: list[EpisodeRows] = []
+        pending_bytes = 0
         for index in progress_bar(
             range(count), enabled=progress, what="episodes", action="copying"
         ):
             fields = [key for key in keys if key not in table.present or table.present[key][index]]
             rows = self._backend.read_rows(index, 0, int(table.length[index]) + 1, fields)
             if table.ongoing[index]:
+                # ids are kept by writing in order: the batch before this episode goes first
+                _add_rows(target._backend, pending)
+                pending, pending_bytes = [], 0
                 copied = target._backend.start_episode(rows)
-            else:
-                copied = target._backend.add_episode(
-                    rows,
-                    terminated=bool(table.terminated[index]),
-                    truncated=bool(table.truncated[index]),
-                )
-            assert copied == index, "episode ids are kept by copying in order"
+                assert copied == index, "episode ids are kept by copying in order"
+                continue
+            terminated, truncated = bool(table.terminated[index]), bool(table.truncated[index])
+            pending.append(EpisodeRows(rows, terminated=terminated, truncated=truncated))
+            pending_bytes += nbytes_of(rows)
+            if pending_bytes >= BATCH_BYTES:
+                _add_rows(target._backend, pending)
+                pending, pending_bytes = [], 0
+        _add_rows(target._backend, pending)
+        assert target.num_episodes == count, "episode ids are kept by copying in order"
         target.flush()
         return target
 
@@ -686,6 +704,18 @@ class Dataset:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _add_rows(backend: StorageBackend, episodes: Sequence[EpisodeRows]) -> list[int]:
+    """Checked episodes to ``backend``: in one call where it can take several."""
+    if not episodes:
+        return []
+    if isinstance(backend, SupportsAddEpisodes):
+        return backend.add_episodes(episodes)
+    return [
+        backend.add_episode(new.rows, terminated=new.terminated, truncated=new.truncated)
+        for new in episodes
+    ]
 
 
 def read_manifest(folder: str) -> Manifest:

@@ -21,14 +21,15 @@ import importlib
 import inspect
 import os
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from episodata_core._batching import nbytes_of
 from episodata_core.errors import EpisodataImportWarning, FormatError, MissingDependencyError
 from episodata_core.transfer import FieldReport, FlagCounts, ImportWarningRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from types import ModuleType
 
     import numpy as np
@@ -134,7 +135,7 @@ class PendingEpisodes:
     def add(self, episode: Mapping[str, Any]) -> None:
         """Queue a bulk episode; writes every queued one once they reach ``max_bytes``."""
         self._episodes.append(episode)
-        self._bytes += _nbytes(episode)
+        self._bytes += nbytes_of(episode)
         if self._bytes >= self.max_bytes:
             self.write()
 
@@ -142,13 +143,6 @@ class PendingEpisodes:
         """Write the queued episodes with one ``add_episodes`` call; returns their ids."""
         episodes, self._episodes, self._bytes = self._episodes, [], 0
         return self.dataset.add_episodes(episodes) if episodes else []
-
-
-def _nbytes(value: Any) -> int:
-    """Bytes of the arrays in a (nested) bulk episode; views count what they show."""
-    if isinstance(value, Mapping):
-        return sum(_nbytes(item) for item in value.values())
-    return int(getattr(value, "nbytes", 0))
 
 
 def _caller_stacklevel(internal: frozenset[str]) -> int:

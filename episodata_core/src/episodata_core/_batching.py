@@ -1,0 +1,47 @@
+"""Group episodes into write batches bounded by their bytes.
+
+A durable commit costs about as much for many episodes as for one, so bulk writers
+(``from_episodes``, ``copy_to``, importers) hand episodes to the backend in batches; the
+byte bound keeps what a batch holds in memory small next to the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+__all__ = ["BATCH_BYTES", "batched_by_bytes", "nbytes_of"]
+
+BATCH_BYTES = 64 << 20
+"""Default bound of one write batch."""
+
+T = TypeVar("T")
+
+
+def nbytes_of(value: Any) -> int:
+    """Bytes of the arrays in a (nested) mapping of arrays; views count what they show."""
+    if isinstance(value, Mapping):
+        return sum(nbytes_of(item) for item in value.values())
+    return int(getattr(value, "nbytes", 0))
+
+
+def batched_by_bytes(
+    items: Iterable[T], max_bytes: int, size: Callable[[T], int]
+) -> Iterator[list[T]]:
+    """Consecutive runs of ``items``, each closed once its ``size`` total reaches ``max_bytes``.
+
+    Every run holds at least one item; an item larger than ``max_bytes`` is a run alone.
+    """
+    run: list[T] = []
+    total = 0
+    for item in items:
+        run.append(item)
+        total += size(item)
+        if total >= max_bytes:
+            yield run
+            run, total = [], 0
+    if run:
+        yield run
