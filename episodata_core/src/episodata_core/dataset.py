@@ -228,11 +228,16 @@ class Dataset:
                 raise SchemaError("from_episodes: no episodes to infer a schema from; pass schema=")
             schema = DatasetSchema.infer(first, alignment=alignment)
         dataset = cls.create(schema, path, backend=backend, metadata=metadata, **options)
-        if first is not None:
-            # batches of episodes: one durable commit each, not one per episode
-            everything = itertools.chain([first], iterator)
-            for batch in batched_by_bytes(everything, BATCH_BYTES, nbytes_of):
-                dataset._add_validated(batch, alignment, name_items=None)
+        if first is None:
+            return dataset
+        everything = itertools.chain([first], iterator)
+        del first  # the first episode need not outlive its write
+        if not dataset._batch_bytes():
+            for episode in everything:
+                dataset.add_episode(episode, alignment=alignment)
+            return dataset
+        for batch in batched_by_bytes(everything, dataset._batch_bytes(), nbytes_of):
+            dataset._add_validated(batch, alignment, name_items=None)
         return dataset
 
     # -- properties -----------------------------------------------------------------------
@@ -514,6 +519,14 @@ class Dataset:
             self._after_episode_written(index)
         return ids
 
+    def _batch_bytes(self) -> int:
+        """How many bytes of episodes bulk writes (copies, ``from_episodes``) group.
+
+        Batches pay off where each write is a durable commit; in memory they would only
+        keep a batch of episodes alive at once, so there every episode goes alone.
+        """
+        return BATCH_BYTES if supports_persistence(self._backend) else 0
+
     def _validated(
         self, episode: Mapping[str, Any], where: str, alignment: Alignment | None
     ) -> EpisodeRows:
@@ -631,9 +644,9 @@ class Dataset:
         """Copy every episode to a new dataset, possibly on another backend.
 
         Episode ids, flags and ongoing state are kept; reads of the copy equal reads of
-        the original. Finalized episodes are written in batches of about 64 MiB (one
-        commit each where the target backend supports it), so memory stays bounded by
-        that or by the largest episode.
+        the original. Finalized episodes go to a stored target in batches of about
+        64 MiB (one commit each where the backend supports it), so memory stays bounded
+        by that or by the largest episode.
         """
         target = Dataset.create(
             self.schema, path, backend=backend, metadata=self._manifest.metadata, **options
@@ -658,7 +671,7 @@ class Dataset:
             terminated, truncated = bool(table.terminated[index]), bool(table.truncated[index])
             pending.append(EpisodeRows(rows, terminated=terminated, truncated=truncated))
             pending_bytes += nbytes_of(rows)
-            if pending_bytes >= BATCH_BYTES:
+            if pending_bytes >= target._batch_bytes():
                 _add_rows(target._backend, pending)
                 pending, pending_bytes = [], 0
         _add_rows(target._backend, pending)
