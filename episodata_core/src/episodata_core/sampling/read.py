@@ -100,10 +100,9 @@ def read_transitions(
 ) -> Transition:
     """Read ``[B]`` single transitions (time axis removed); never padded.
 
-    ``table``: a snapshot the caller took under the dataset's I/O lock, which it holds.
-
     The same result as a window of length 1 through :func:`read_windows`, without its
     padding and per-step flag arithmetic: this is the per-call cost of a replay buffer.
+    ``table`` is a snapshot the caller took under the dataset's I/O lock, still held.
     """
     size = len(episodes)
     request = GatherRequest(

@@ -49,7 +49,7 @@ class MemoryBackend:
     description: ClassVar[str] = "in-process arrays; for tests, small datasets, replay buffers"
     Options: ClassVar[type[BaseModel]] = MemoryOptions
     # a gather here is a NumPy copy holding the GIL: a read-ahead thread cannot overlap
-    # it, and handing batches across threads cost W2 up to a quarter of its rate
+    # it, and handing batches across threads cost W2 a quarter to 40 % of its rate
     default_prefetch: ClassVar[int] = 0
 
     def __init__(self, schema: DatasetSchema, options: MemoryOptions) -> None:
