@@ -69,8 +69,8 @@ def run_w3(context: Context) -> WorkloadResult:
     pool = IndexPool(data, length, batch, seed)
     systems = Systems(context, result, "batches/s", preload=("tensorstore", "hdf5plugin"))
 
-    def episodata() -> Opened:
-        path, seconds = zarr_dataset(context, data)
+    def stored_stream(path: Path, seconds: float, note: str, **extra: Any) -> Opened:
+        """The default ``segment_stream`` of episodata over the Zarr dataset at ``path``."""
         streams: list[Any] = []
 
         def open_() -> Callable[[], Any]:
@@ -87,8 +87,14 @@ def run_w3(context: Context) -> WorkloadResult:
             check,
             pause=lambda: streams[-1].close(),
             disk=path,
-            note="zarr backend, default options; segment_stream (prefetch=2)",
-            extra={"write_s": round(seconds, 2)},
+            note=note,
+            extra={"write_s": round(seconds, 2), **extra},
+        )
+
+    def episodata() -> Opened:
+        path, seconds = zarr_dataset(context, data)
+        return stored_stream(
+            path, seconds, "zarr backend, default options; segment_stream (prefetch=2)"
         )
 
     def unthreaded() -> Opened:
@@ -106,24 +112,11 @@ def run_w3(context: Context) -> WorkloadResult:
         path, seconds = zarr_dataset(
             context, data, "image_raw.zarr", codec="none", chunk_bytes=64 * frame
         )
-        streams: list[Any] = []
-
-        def open_() -> Callable[[], Any]:
-            dataset = Dataset.open(path, read_only=True)
-            stream = dataset.segment_stream(sequence_length=length, batch_size=batch, seed=seed)
-            streams.append(stream)
-            return stream.sample
-
-        def check(_: Callable[[], Any]) -> None:
-            check_segments(Dataset.open(path, read_only=True), data, length, seed)
-
-        return Opened(
-            open_,
-            check,
-            pause=lambda: streams[-1].close(),
-            disk=path,
-            note="zarr backend, codec='none', 64-row chunks; segment_stream (prefetch=2)",
-            extra={"write_s": round(seconds, 2), "ceiling": "tensorstore"},
+        return stored_stream(
+            path,
+            seconds,
+            "zarr backend, codec='none', 64-row chunks; segment_stream (prefetch=2)",
+            ceiling="tensorstore",
         )
 
     def tensorstore() -> Opened:
