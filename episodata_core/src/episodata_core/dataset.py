@@ -232,10 +232,7 @@ class Dataset:
             return dataset
         everything = itertools.chain([first], iterator)
         del first  # the first episode need not outlive its write
-        if not dataset._batch_bytes():
-            for episode in everything:
-                dataset.add_episode(episode, alignment=alignment)
-            return dataset
+        # in memory the bound is 0: every episode is a batch of its own
         for batch in batched_by_bytes(everything, dataset._batch_bytes(), nbytes_of):
             dataset._add_validated(batch, alignment, name_items=None)
         return dataset
