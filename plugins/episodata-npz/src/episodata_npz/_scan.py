@@ -202,7 +202,16 @@ class Scanner:
         for episode in spills:
             record = self._log.spills.get(episode)
             known = loaded.get(episode)
-            found = find_spill(self._root, episode, record, known.signature if known else None)
+            signature = known.signature if known else None
+            found = find_spill(self._root, episode, record, signature)
+            if found.data is None and record is not None:
+                # most often the writer recorded and renamed a newer spill after the log
+                # was read: read on and look again before listing everything again
+                self._log.read_new(strict=True)
+                if episode in self._log.entries:
+                    return False  # finalized meanwhile: list again to see its archive
+                record = self._log.spills.get(episode)
+                found = find_spill(self._root, episode, record, signature)
             if found.unchanged:
                 continue
             if found.data is None:

@@ -6,11 +6,12 @@ A flush of ongoing episode N writes its rows so far in three durable steps:
    then the ``ongoing/`` folder are fsynced;
 2. a ``"spill"`` line with the archive's SHA-256, size, length and absent fields is
    appended to ``episodes.jsonl`` and fsynced (see :mod:`episodata_npz._layout`);
-3. the temporary is renamed over ``ongoing/episode_N.npz`` and the folder fsynced.
+3. the temporary is renamed over ``ongoing/episode_N.npz``.
 
 So the log names every episode that was ever flushed, with the checksum of its latest
-spill, before that spill can be read, and whatever stops the writer leaves the recorded
-bytes on disk. Readers take a spill as data only when its SHA-256 equals the episode's
+spill, before that spill can be read, and whatever stops the writer, a power loss
+included, leaves the recorded bytes on disk under one of the two names: the rename needs
+no fsync of its own. Readers take a spill as data only when its SHA-256 equals the episode's
 last record: the file itself or, between steps 2 and 3 (a writer at work there, or
 killed there), the temporary; the next writable open renames that temporary into place.
 A torn, older or foreign spill is never read as rows.
@@ -82,8 +83,8 @@ def write_spill(
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    # no folder fsync: a rename lost to a power cut is redone by the next writable open
     os.replace(temporary, target)
-    fsync_directory(folder)
 
 
 @dataclass(frozen=True)
