@@ -347,11 +347,11 @@ def _kill_chain(folder: Path, forker: Forker, kills: int, rng: random.Random) ->
         lines, status = forker.until_exit()
         assert status == -signal.SIGKILL, lines
         for line in lines:
-            kind, episode, *count = line.split()
+            kind, number, *count = line.split()
             if kind == "final":
-                final.add(int(episode))
+                final.add(int(number))
             else:
-                flushed[int(episode)] = int(count[0])
+                flushed[int(number)] = int(count[0])
         reader = _open(folder, writable=False)
         table = reader.episode_table()
         for episode in range(len(table)):
@@ -369,9 +369,9 @@ def _kill_chain(folder: Path, forker: Forker, kills: int, rng: random.Random) ->
         assert final <= {e for e in range(len(table)) if not table.ongoing[e]}, (
             "lost a finalized one"
         )
-        for episode, count in flushed.items():
+        for episode, rows in flushed.items():
             assert episode < len(table), f"flushed episode {episode} vanished"
-            assert int(table.length[episode]) + 1 >= count, "a returned flush was lost"
+            assert int(table.length[episode]) + 1 >= rows, "a returned flush was lost"
         # a kill between two steps of a commit or flush leaves what a writable open finishes
         in_flight = ("no checksum recorded", ".tmp")
         assert all(any(k in p for k in in_flight) for p in reader.verify()), reader.verify()
