@@ -91,11 +91,8 @@ class NpzDirectoryBackend:
         self._index = Index(key for key in self._specs if key in self._optional)
         self._ongoing: dict[int, Ongoing] = {}
         self._lost: dict[int, str] = {}  # flushed ongoing episodes whose spill is gone
-        self._row_bytes = sum(
-            spec.np_dtype.itemsize * math.prod(spec.shape)
-            for key, spec in self._specs.items()
-            if key in self._required
-        )
+        required = [self._specs[key] for key in self._required]
+        self._row_bytes = sum(spec.np_dtype.itemsize * math.prod(spec.shape) for spec in required)
         self._log = CommitLog(root, self._optional, self._row_bytes)
         self._scanner = Scanner(root, self._specs, self._log)
         self._cache = DecodedCache(options.cache_bytes)
@@ -215,9 +212,7 @@ class NpzDirectoryBackend:
             grow.extend(block)
             buffers[key] = grow
         episode = len(self._index)
-        self._index.put(
-            episode, num_rows - 1, terminated=False, truncated=False, ongoing=True, fields=rows
-        )
+        self._index_ongoing(episode, num_rows - 1, rows)
         self._ongoing[episode] = Ongoing(buffers, num_rows)
         return episode
 
@@ -469,28 +464,20 @@ class NpzDirectoryBackend:
                 )
                 self._ongoing.pop(episode, None)
             elif state is not None:
-                self._index.put(
-                    episode,
-                    state.num_rows - 1,
-                    terminated=False,
-                    truncated=False,
-                    ongoing=True,
-                    fields=state.buffers,
-                )
+                self._index_ongoing(episode, state.num_rows - 1, state.buffers)
                 self._ongoing[episode] = state
                 self._lost.pop(episode, None)
-            elif episode in listing.lost:
-                lost = listing.lost[episode]
-                self._index.put(
-                    episode,
-                    lost.length,
-                    terminated=False,
-                    truncated=False,
-                    ongoing=True,
-                    fields=lost.fields,
-                )
+            elif (lost := listing.lost.get(episode)) is not None:
+                # a lost episode stays indexed as ongoing at its recorded length: its id
+                # is taken, and reading it raises the message that says what is wrong
+                self._index_ongoing(episode, lost.length, lost.fields)
                 self._ongoing.pop(episode, None)
                 self._lost[episode] = lost.message
+
+    def _index_ongoing(self, episode: int, length: int, fields: Iterable[str]) -> None:
+        self._index.put(
+            episode, length, terminated=False, truncated=False, ongoing=True, fields=fields
+        )
 
     # -- state checks ---------------------------------------------------------------------
 
