@@ -93,6 +93,10 @@ def test_lost_spill_of_the_newest_episode_is_reported_and_its_id_kept(
     assert bool(dataset.backend.episode_table().ongoing[3])
     with pytest.raises(DatasetStateError, match=r"ongoing/episode_000000003\.npz .*lost"):
         dataset.episode(3).read()
+    dataset.refresh()  # looks again, and finds the same
+    assert dataset.num_episodes == 4
+    with pytest.raises(DatasetStateError, match=r"ongoing/episode_000000003\.npz .*lost"):
+        dataset.episode(3).read()
     problems = dataset.backend.verify()  # type: ignore[attr-defined]
     assert len(problems) == 1, problems
     assert problems[0].startswith("ongoing/episode_000000003.npz ")
@@ -332,8 +336,14 @@ while True:
 """
 
 
-def _kill_chain(folder: Path, forker: Forker, kills: int, rng: random.Random) -> tuple[int, int]:
-    """Kill a writer ``kills`` times; check every episode after each kill. (checks, lost)."""
+def _kill_chain(
+    folder: Path, forker: Forker, kills: int, rng: random.Random
+) -> tuple[int, int, int]:
+    """Kill a writer ``kills`` times; check every episode after each kill.
+
+    Returns the episode checks made, the episodes that could not be read (lost) and the
+    episodes finalized at the end.
+    """
     Dataset.create(example_schema(), folder, backend="npz_directory").close()
     schema = example_schema()
     final: set[int] = set()
@@ -378,13 +388,15 @@ def _kill_chain(folder: Path, forker: Forker, kills: int, rng: random.Random) ->
         reader.close()
     writer = _open(folder, writable=True)
     problems = writer.verify()
+    finalized = int(np.count_nonzero(~writer.episode_table().ongoing))
     writer.close()
     assert problems == []
-    return checked, lost
+    return checked, lost, finalized
 
 
 def test_kill_chain(tmp_path: Path, forker: Forker) -> None:
-    checked, lost = _kill_chain(tmp_path / "ds", forker, 10, random.Random(12))
+    checked, lost, finalized = _kill_chain(tmp_path / "ds", forker, 10, random.Random(12))
+    assert finalized > 0
     assert checked > 10
     assert lost == 0
 
@@ -392,6 +404,6 @@ def test_kill_chain(tmp_path: Path, forker: Forker) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", range(6))
 def test_kill_chains_long(tmp_path: Path, forker: Forker, chain: int) -> None:
-    checked, lost = _kill_chain(tmp_path / "ds", forker, 10, random.Random(100 + chain))
-    print(f"chain {chain}: 10 kills, {checked} episode checks, {lost} lost")
+    checked, lost, finalized = _kill_chain(tmp_path / "ds", forker, 10, random.Random(100 + chain))
+    print(f"chain {chain}: 10 kills, {finalized} finalized, {checked} episode checks, {lost} lost")
     assert lost == 0

@@ -449,7 +449,9 @@ class NpzDirectoryBackend:
 
     def _scan(self) -> None:
         """Fold what the folder holds beyond this backend's index into it, in id order."""
-        listing = self._scanner.scan(len(self._index), self._index.ongoing.view(), self._ongoing)
+        listing = self._scanner.scan(
+            len(self._index), self._index.ongoing.view(), self._ongoing, self._lost.keys()
+        )
         for episode in range(listing.top):
             final = listing.finalized.get(episode)
             state = listing.ongoing.get(episode)

@@ -33,7 +33,7 @@ from episodata_npz._layout import (
 from episodata_npz._spills import decode_spill, find_spill, recover_spills
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
     from pathlib import Path
 
     import numpy as np
@@ -152,13 +152,17 @@ class Scanner:
             pass  # changed since; reads report it
 
     def scan(
-        self, known: int, ongoing: npt.NDArray[np.bool_], loaded: Mapping[int, Ongoing]
+        self,
+        known: int,
+        ongoing: npt.NDArray[np.bool_],
+        loaded: Mapping[int, Ongoing],
+        lost: Collection[int] = (),
     ) -> Listing:
         """New finalized episodes and new or changed spills, given ``known`` indexed ids.
 
-        ``ongoing`` flags the known ids that are ongoing (or lost) and ``loaded`` holds
-        the rows of those that are not lost; a spill whose file did not change since it
-        was loaded is not read again.
+        ``ongoing`` flags the known ids that are ongoing or ``lost``, and ``loaded``
+        holds the rows of the others; a spill whose file did not change since it was
+        loaded is not read again, and an episode already found lost is not waited for.
         """
         missing: list[int] = []
         for attempt in range(_ATTEMPTS):
@@ -178,7 +182,7 @@ class Scanner:
             if missing:
                 continue
             listing = Listing(top)
-            if not self._load_spills(sorted(spills), loaded, listing, final=final):
+            if not self._load_spills(sorted(spills), loaded, lost, listing, final=final):
                 continue
             for episode in sorted(finalized):
                 if episode >= known or ongoing[episode]:
@@ -191,7 +195,13 @@ class Scanner:
         )
 
     def _load_spills(
-        self, spills: list[int], loaded: Mapping[int, Ongoing], listing: Listing, *, final: bool
+        self,
+        spills: list[int],
+        loaded: Mapping[int, Ongoing],
+        lost: Collection[int],
+        listing: Listing,
+        *,
+        final: bool,
     ) -> bool:
         """Decode the spills that changed into ``listing``; False to list again.
 
@@ -215,7 +225,7 @@ class Scanner:
             if found.unchanged:
                 continue
             if found.data is None:
-                if not final:
+                if not final and episode not in lost:
                     return False
                 length = record.length if record is not None else 0
                 absent = set(record.absent) if record is not None else self._optional
