@@ -170,3 +170,25 @@ def test_newest_log_line_that_disagrees_with_its_archive_is_refused_at_open(
     _edit_log_length(folder, 2, 3)  # episode 2 has 6 transitions
     with pytest.raises(SchemaError, match=r"records length 3 \(4 rows\), but .* holds 7 rows"):
         Dataset.open(folder, read_only=True)
+
+
+def test_optional_field_made_required_is_refused_at_open(tmp_path: Path) -> None:
+    folder = tmp_path / "ds"
+    dataset = Dataset.create(example_schema(), folder, backend="npz_directory")
+    without = example_rows(dataset.schema, 4, seed=1, absent=("observation/depth",))
+    dataset.backend.add_episode(without, terminated=True, truncated=False)
+    dataset.backend.add_episode(
+        example_rows(dataset.schema, 4, seed=2), terminated=True, truncated=False
+    )
+    dataset.close()
+
+    def required(fields: list[dict[str, Any]]) -> None:
+        next(f for f in fields if f["key"] == "depth")["optional"] = False
+
+    _edit_manifest(folder, required)
+    with pytest.raises(
+        SchemaError,
+        match=r"episodes\.jsonl line 1 records that episodes/episode_000000000\.npz does not "
+        r"store \['observation/depth'\], which the schema in manifest\.json says are required",
+    ):
+        Dataset.open(folder, read_only=True)

@@ -235,7 +235,15 @@ class CommitLog:
             self.problems.append(f"{where} names {file!r}, not an episode archive")
             return
         if not set(entry.absent) <= self._optional:
-            self.problems.append(f"{where} lists absent fields that are not optional")
+            required = sorted(set(entry.absent) - self._optional)
+            problem = (
+                f"{where} records that {file} does not store {required}, which the schema "
+                "in manifest.json says are required; the manifest was edited (restore "
+                "optional: true for them) or the line was"
+            )
+            if strict:
+                raise SchemaError(problem)
+            self.problems.append(problem)
             return
         if self._row_bytes and entry.length + 1 > _MAX_EXPANSION * entry.size // self._row_bytes:
             problem = (
