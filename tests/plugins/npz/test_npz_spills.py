@@ -174,7 +174,9 @@ for line in sys.stdin:
             sys.stdout.flush()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    print("exit", -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status), flush=True)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    # on a line of its own even when the child was killed between a print and its newline
+    print("\\nexit", code, flush=True)
 """
 
 
@@ -197,21 +199,25 @@ class Forker:
         assert self._process.stdin is not None
         self._process.stdin.write("\t".join([str(script), *args]) + "\n")
         self._process.stdin.flush()
-        kind, pid = self.line().split()
+        kind, pid = self.line(skip_empty=True).split()
         assert kind == "pid"
         return int(pid)
 
-    def line(self) -> str:
+    def line(self, *, skip_empty: bool = False) -> str:
+        """The next line of output, stripped."""
         assert self._process.stdout is not None
-        line = self._process.stdout.readline()
-        assert line, "the forking process died"
-        return line.strip()
+        while True:
+            line = self._process.stdout.readline()
+            assert line, "the forking process died"
+            if line.strip() or not skip_empty:
+                return line.strip()
 
     def until_exit(self) -> tuple[list[str], int]:
-        """The child's remaining output lines and its exit status (-9: SIGKILL)."""
+        """The child's remaining non-empty output lines and its exit status (-9: SIGKILL)."""
         lines = []
         while not (line := self.line()).startswith("exit "):
-            lines.append(line)
+            if line:
+                lines.append(line)
         return lines, int(line.split()[1])
 
     def close(self) -> None:
