@@ -90,7 +90,9 @@ class NpzDirectoryBackend:
         self._writable = writable
         self._index = Index(key for key in self._specs if key in self._optional)
         self._ongoing: dict[int, Ongoing] = {}
-        self._lost: dict[int, str] = {}  # flushed ongoing episodes whose spill is gone
+        self._lost: dict[
+            int, str
+        ] = {}  # flushed ongoing episodes whose spill is missing or damaged
         required = [self._specs[key] for key in self._required]
         self._row_bytes = sum(spec.np_dtype.itemsize * math.prod(spec.shape) for spec in required)
         self._log = CommitLog(root, self._optional, self._row_bytes)
