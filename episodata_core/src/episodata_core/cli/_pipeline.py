@@ -54,8 +54,9 @@ COMMANDS: tuple[Command, ...] = (
         ),
         description=(
             "validate resolves every plugin by name and checks every options table without "
-            "writing or importing anything; run executes the steps and records the resolved config, its "
-            "hash and the plugin versions in the dataset's manifest."
+            "writing anything, and imports no module unless --allow-import-paths is given; "
+            "run executes the steps and records the resolved config, its hash and the plugin "
+            "versions in the dataset's manifest."
         ),
     ),
 )
