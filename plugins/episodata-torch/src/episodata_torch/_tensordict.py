@@ -41,8 +41,9 @@ def batch_to_tensordict(batch: TransitionView, device: Any = None) -> Any:
 
     The tensors never share memory with the dataset, so in-place tensor ops are safe.
     A buffer that is a read-only NumPy array may be a view of storage (an episode
-    read, a segment): it is copied once, here. A writable one is a private copy already
-    (every sampled batch is gathered into fresh arrays) and is wrapped without copying.
+    read, a segment): it is copied on the host first. A writable one is a private
+    copy already (every sampled batch is gathered into fresh arrays; the backend
+    contract says so) and is wrapped without copying.
     """
     torch, tensordict = _import_torch()
 
