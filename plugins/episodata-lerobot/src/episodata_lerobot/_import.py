@@ -180,7 +180,7 @@ def _read_window(found: LeRobotSource, window: _Window, schema: DatasetSchema) -
     for feature in found.features:
         label = f"{where}: column {feature.name!r}"
         if feature.kind == "image":
-            values = table.column(feature.name).combine_chunks().field("bytes").to_pylist()
+            values = table.column(feature.name).combine_chunks().field("bytes")
             out[feature.name] = decode_png_rows(values, feature.shape, label)
         elif feature.kind == "video":
             out[feature.name] = _read_video(found, window, feature)

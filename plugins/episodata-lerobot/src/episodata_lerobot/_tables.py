@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import FormatError, PartialFileError
-from episodata_lerobot._decode import count_video_frames, png_size, probe_video
+from episodata_lerobot._decode import binary_values, count_video_frames, png_size, probe_video
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -266,8 +266,6 @@ def _entry(source: LeRobotSource, row: dict[str, Any], files: set[Path]) -> Epis
 
 def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_count: int) -> None:
     """Row positions, counts and indexes of every selected episode; column types."""
-    import pyarrow as pa
-
     by_file: dict[Path, list[int]] = {}
     for position, entry in enumerate(entries):
         by_file.setdefault(entry.data_path, []).append(position)
@@ -314,11 +312,12 @@ def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_c
                 )
             entries[position] = _with_row(entry, first)
         images = [f for f in source.fields if f.kind == "image"]
-        if images:
-            table = _read(handle, path, source.where, columns=[f.name for f in images])
+        # row group by row group: the image bytes of a file are never all in memory
+        for group in range(handle.metadata.num_row_groups) if images else ():
+            table = _read_group(handle, group, path, source.where, [f.name for f in images])
             for feature in images:
                 values = table.column(feature.name).combine_chunks().field("bytes")
-                _check_png_headers(values, feature, f"{where}: column {feature.name!r}", pa)
+                _check_png_headers(values, feature, f"{where}: column {feature.name!r}")
 
 
 def _with_row(entry: EpisodeEntry, row: int) -> EpisodeEntry:
@@ -326,12 +325,24 @@ def _with_row(entry: EpisodeEntry, row: int) -> EpisodeEntry:
                         entry.from_index, entry.videos)  # fmt: skip
 
 
-def _check_png_headers(values: Any, feature: Feature, where: str, pa: Any) -> None:
+def _read_group(handle: Any, group: int, path: Path, where: str, columns: list[str]) -> Any:
+    import pyarrow as pa
+
+    try:
+        return handle.read_row_group(group, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise PartialFileError(
+            f"{where}: {str(path)!r} cannot be read ({err}); it is damaged"
+        ) from err
+
+
+def _check_png_headers(values: Any, feature: Feature, where: str) -> None:
     if values.null_count:
         raise FormatError(f"{where}: {values.null_count} frame(s) have no image bytes")
     bad: list[str] = []
-    for row, data in enumerate(values.to_pylist()):
-        size = png_size(data)
+    offsets, data = binary_values(values)
+    for row in range(int(offsets.shape[0]) - 1):
+        size = png_size(bytes(data[offsets[row] : min(offsets[row] + 24, offsets[row + 1])]))
         if size != feature.shape[:2]:
             bad.append(f"row {row}: " + ("not a PNG" if size is None else f"{size[0]}x{size[1]}"))
     if bad:
