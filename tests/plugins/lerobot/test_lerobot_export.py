@@ -120,6 +120,8 @@ class TestLeRobotExporterKit(ExporterTests[LeRobotExporter]):
         })  # fmt: skip
         return [
             FailingExport({"push": synthetic}, {}, FormatError, "frame rate is unknown"),
+            FailingExport({"push": synthetic}, {"fps": 5, "episodes": [1, 2]}, FormatError,
+                          re.escape("names position(s) [2], but dataset 'push' holds episodes 0..1")),
             FailingExport({"t": text}, {"fps": 5}, FormatError, re.escape("field 'info/note' has dtype")),
             FailingExport({"a": synthetic, "b": _imported("pendulum-images")}, {"fps": 5}, FormatError,
                           "another schema"),
@@ -200,3 +202,19 @@ def test_png_images_export_as_video_on_request(tmp_path: Path) -> None:
     export_datasets("lerobot", _imported("pendulum-images"), out, images="video")
     assert "observation.image" not in pq.read_table(out / DATA_FILE).column_names
     assert _decode(out / MP4).shape == (18, 32, 32, 3)
+
+
+def test_a_selection_of_episodes_exports_those_only(tmp_path: Path) -> None:
+    out = tmp_path / "two"
+    report = export_datasets("lerobot", _imported("pendulum-images"), out, episodes=[2, 0])
+    assert (report.episodes, report.frames) == (2, 14)
+    frames = pq.read_table(out / DATA_FILE)
+    source = pq.read_table(DATA / "pendulum-images" / DATA_FILE)
+    # episode 2's frames, then episode 0's, renumbered
+    order = np.r_[10:18, 0:6]
+    for column in ("observation.state", "action", "next.reward", "observation.image"):
+        assert frames.column(column).to_pylist() == source.column(column).take(order).to_pylist()
+    assert frames.column("episode_index").to_pylist() == [0] * 8 + [1] * 6
+    assert frames.column("index").to_pylist() == list(range(14))
+    recorded = json.loads((out / "meta/episodata.json").read_text())["episodes"]
+    assert [e["source_episode_index"] for e in recorded] == [2, 0]

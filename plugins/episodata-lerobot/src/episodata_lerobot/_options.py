@@ -71,6 +71,10 @@ class LeRobotExportOptions(BaseModel):
         default=None,
         description="Task of episodes without one in their import record; None uses the label.",
     )
+    episodes: list[int] | None = Field(
+        default=None,
+        description="Positions of the episodes to export from each dataset; None exports all.",
+    )
     images: Literal["auto", "png", "video"] = Field(
         default="auto",
         description=(

@@ -171,7 +171,14 @@ def plan_export(datasets: Mapping[str, Dataset], options: LeRobotExportOptions) 
     tasks: list[list[str]] = []
     for label in labels:
         dataset = datasets[label]
-        for position in range(dataset.num_episodes):
+        chosen = range(dataset.num_episodes) if options.episodes is None else options.episodes
+        outside = [p for p in chosen if not 0 <= p < dataset.num_episodes]
+        if outside:
+            raise FormatError(
+                f"{where}: episodes={options.episodes} names position(s) {outside}, but dataset "
+                f"{label!r} holds episodes 0..{dataset.num_episodes - 1}"
+            )
+        for position in chosen:
             episode = dataset.episode(position)
             if episode.ongoing or len(episode) == 0:
                 continue
