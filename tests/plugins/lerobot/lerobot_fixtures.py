@@ -121,5 +121,8 @@ def rewrite_data(folder: Path, change: Any) -> None:
     import pyarrow.parquet as pq
 
     path = folder / "data" / "chunk-000" / "file-000.parquet"
-    table = pq.read_table(path)
-    pq.write_table(change(table), path)
+    table = change(pq.read_table(path))
+    # one row group per episode, as LeRobot writes them
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for start, length in zip(np.cumsum((0, *LENGTHS[:-1])), LENGTHS, strict=True):
+            writer.write_table(table.slice(int(start), length))

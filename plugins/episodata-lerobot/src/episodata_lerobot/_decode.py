@@ -72,17 +72,26 @@ def _decode_one(data: memoryview, shape: tuple[int, ...], mode: str) -> npt.NDAr
     return pixels[..., None] if pixels.ndim == 2 else pixels
 
 
-def decode_png_rows(values: Any, shape: tuple[int, ...], where: str) -> npt.NDArray[np.uint8]:
+def decode_png_rows(
+    values: Any,
+    shape: tuple[int, ...],
+    where: str,
+    out: npt.NDArray[np.uint8] | None = None,
+    first: int = 0,
+) -> npt.NDArray[np.uint8]:
     """Decode one PNG per row of an Arrow binary array into ``[N, H, W, C]`` uint8.
 
     Pillow releases the GIL while it inflates, so rows are decoded by a few threads; the
-    bytes are read in place from the Arrow buffers.
+    bytes are read in place from the Arrow buffers, the pixels written into ``out`` when
+    it is given. Messages count rows from ``first``.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     offsets, data = binary_values(values)
     count = int(offsets.shape[0]) - 1
-    out = np.empty((count, *shape), dtype=np.uint8)
+    if out is None:
+        out = np.empty((count, *shape), dtype=np.uint8)
+    target = out
     mode = _PIL_MODE[shape[2]]
 
     def decode(rows: range) -> None:
@@ -91,14 +100,14 @@ def decode_png_rows(values: Any, shape: tuple[int, ...], where: str) -> npt.NDAr
                 pixels = _decode_one(data[offsets[row] : offsets[row + 1]], shape, mode)
             except (OSError, ValueError, TypeError) as err:  # UnidentifiedImageError: OSError
                 raise FormatError(
-                    f"{where}: row {row} is not a decodable PNG image ({err}); the file is damaged"
+                    f"{where}: row {first + row} is not a decodable PNG image ({err}); the file is damaged"
                 ) from err
             if pixels.shape != shape:
                 raise FormatError(
-                    f"{where}: row {row} decodes to an image of shape {list(pixels.shape)}, but "
+                    f"{where}: row {first + row} decodes to an image of shape {list(pixels.shape)}, but "
                     f"meta/info.json declares {list(shape)}"
                 )
-            out[row] = pixels
+            target[row] = pixels
 
     workers = max(1, min(_THREADS, count // 64))
     if workers == 1:

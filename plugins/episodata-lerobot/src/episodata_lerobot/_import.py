@@ -180,8 +180,15 @@ def _read_window(found: LeRobotSource, window: _Window, schema: DatasetSchema) -
     for feature in found.features:
         label = f"{where}: column {feature.name!r}"
         if feature.kind == "image":
-            values = table.column(feature.name).combine_chunks().field("bytes")
-            out[feature.name] = decode_png_rows(values, feature.shape, label)
+            # chunk by chunk (a row group each) into one array: no combined copy of the bytes
+            pixels = np.empty((rows, *feature.shape), dtype=np.uint8)
+            position = 0
+            for chunk in table.column(feature.name).chunks:
+                end = position + len(chunk)
+                decode_png_rows(chunk.field("bytes"), feature.shape, label, pixels[position:end],
+                                start + position)  # fmt: skip
+                position = end
+            out[feature.name] = pixels
         elif feature.kind == "video":
             out[feature.name] = _read_video(found, window, feature)
         else:

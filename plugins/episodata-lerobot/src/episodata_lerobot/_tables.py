@@ -313,11 +313,13 @@ def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_c
             entries[position] = _with_row(entry, first)
         images = [f for f in source.fields if f.kind == "image"]
         # row group by row group: the image bytes of a file are never all in memory
+        first_row = 0
         for group in range(handle.metadata.num_row_groups) if images else ():
             table = _read_group(handle, group, path, source.where, [f.name for f in images])
             for feature in images:
                 values = table.column(feature.name).combine_chunks().field("bytes")
-                _check_png_headers(values, feature, f"{where}: column {feature.name!r}")
+                _check_png_headers(values, feature, f"{where}: column {feature.name!r}", first_row)
+            first_row += table.num_rows
 
 
 def _with_row(entry: EpisodeEntry, row: int) -> EpisodeEntry:
@@ -336,7 +338,7 @@ def _read_group(handle: Any, group: int, path: Path, where: str, columns: list[s
         ) from err
 
 
-def _check_png_headers(values: Any, feature: Feature, where: str) -> None:
+def _check_png_headers(values: Any, feature: Feature, where: str, first: int) -> None:
     if values.null_count:
         raise FormatError(f"{where}: {values.null_count} frame(s) have no image bytes")
     bad: list[str] = []
@@ -344,7 +346,9 @@ def _check_png_headers(values: Any, feature: Feature, where: str) -> None:
     for row in range(int(offsets.shape[0]) - 1):
         size = png_size(bytes(data[offsets[row] : min(offsets[row] + 24, offsets[row + 1])]))
         if size != feature.shape[:2]:
-            bad.append(f"row {row}: " + ("not a PNG" if size is None else f"{size[0]}x{size[1]}"))
+            bad.append(
+                f"row {first + row}: " + ("not a PNG" if size is None else f"{size[0]}x{size[1]}")
+            )
     if bad:
         raise FormatError(
             f"{where}: meta/info.json declares {feature.shape[0]}x{feature.shape[1]} PNG images; "
