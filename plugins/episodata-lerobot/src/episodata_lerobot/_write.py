@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +39,11 @@ class VideoWriter:
                  crf: int, gop: int, preset: int) -> None:  # fmt: skip
         import av
 
+        # SVT-AV1 prints its whole configuration to stderr when it opens; errors only,
+        # unless the caller chose a level. Restored by close()
+        self._svt_log = os.environ.get("SVT_LOG")
+        if self._svt_log is None:
+            os.environ["SVT_LOG"] = "1"
         path.parent.mkdir(parents=True, exist_ok=True)
         opened: Any = av.open(str(path), mode="w", format="mp4")
         self._container = opened
@@ -67,6 +73,10 @@ class VideoWriter:
 
     def close(self) -> None:
         """Flush the encoder and close the file."""
-        for packet in self._stream.encode(None):
-            self._container.mux(packet)
-        self._container.close()
+        try:
+            for packet in self._stream.encode(None):
+                self._container.mux(packet)
+            self._container.close()
+        finally:
+            if self._svt_log is None:
+                os.environ.pop("SVT_LOG", None)
