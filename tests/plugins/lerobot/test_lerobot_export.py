@@ -17,6 +17,7 @@ from episodata_core.errors import FormatError
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.testing import ExpectedEpisode, ExpectedImport
 from episodata_core.testing.exporter import ExportCase, ExporterTests, FailingExport
+from episodata_core.testing.importer import HEAVY_MODULES
 from episodata_core.transfer import export_datasets, import_dataset
 from episodata_lerobot import LeRobotExporter
 
@@ -71,6 +72,7 @@ def _synthetic() -> tuple[Dataset, ExpectedImport]:
 
 class TestLeRobotExporterKit(ExporterTests[LeRobotExporter]):
     exporter_cls = LeRobotExporter
+    heavy_modules = (*HEAVY_MODULES, "pyarrow", "av", "PIL")
     round_trip_importer = "lerobot"
 
     def export_cases(self) -> list[ExportCase]:

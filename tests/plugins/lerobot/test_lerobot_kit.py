@@ -11,6 +11,7 @@ from lerobot_fixtures import copy_dataset, edit_info, expected_import, rewrite_d
 
 from episodata_core.errors import FormatError, PartialFileError
 from episodata_core.testing import BadSource, ExpectedImport, ImporterTests
+from episodata_core.testing.importer import HEAVY_MODULES
 from episodata_lerobot import LeRobotImporter
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def _bad_common(directory: Path, name: str) -> list[BadSource]:
 
 class TestLeRobotImagesKit(ImporterTests[LeRobotImporter]):
     importer_cls = LeRobotImporter
+    heavy_modules = (*HEAVY_MODULES, "pyarrow", "av", "PIL")
 
     def import_cases(self, directory: Path) -> list[tuple[Path, ExpectedImport]]:
         folder = copy_dataset("pendulum-images", directory)
@@ -75,6 +77,7 @@ class TestLeRobotImagesKit(ImporterTests[LeRobotImporter]):
 
 class TestLeRobotVideoKit(ImporterTests[LeRobotImporter]):
     importer_cls = LeRobotImporter
+    heavy_modules = (*HEAVY_MODULES, "pyarrow", "av", "PIL")
     persistent_backends = ("npz_directory",)  # zarr: the images kit covers it, video costs
 
     def import_cases(self, directory: Path) -> list[tuple[Path, ExpectedImport]]:
