@@ -83,7 +83,7 @@ class ZarrStore:
         self.index_store: Any = None
         self.spills: dict[tuple[int, str], Any] = {}
         self.documents: dict[str, dict[str, Any]] = {}  # data arrays' zarr.json, for spills
-        self.garbage: set[int] = set()  # spill folders of finalized episodes
+        self.spill_contexts: tuple[Any, Any] | None = None  # (parent, uncached child)
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
         self.closed = False
@@ -118,9 +118,33 @@ class ZarrStore:
             spec["create"] = True
         return spec
 
-    def create_array(self, path: str, metadata: dict[str, Any]) -> Any:
-        """A future of a new array at ``path``."""
-        return ts.open(self.spec(path, metadata), context=self.context)
+    def spill_context(self) -> Any:
+        """The context of spill arrays: the dataset's, but with a cache pool of 0 bytes.
+
+        The writer keeps ongoing rows in memory and never reads its spills back, and a
+        reader reads an ongoing episode seldom; cached, every flushed episode would leave
+        a decoded chunk per field in the pool (about 1.8 MB each for the example schema,
+        measured), and the pool does not give it back.
+        """
+        if self.spill_contexts is None or self.spill_contexts[0] is not self.context:
+            uncached = ts.Context.Spec({"cache_pool": {"total_bytes_limit": 0}})
+            self.spill_contexts = (self.context, ts.Context(uncached, self.context))
+        return self.spill_contexts[1]
+
+    def create_spill(self, path: str, metadata: dict[str, Any]) -> Any:
+        """A future of a new spill array at ``path``."""
+        return ts.open(self.spec(path, metadata), context=self.spill_context())
+
+    def drop_spill(self, episode: int) -> None:
+        """Forget the spill handles of an episode and remove its spill folder.
+
+        Call it only once a commit record that no longer names the episode as ongoing is
+        on disk: until then, recovery may need those files. Should the removal fail, the
+        next writable open removes the folder (:meth:`recover`).
+        """
+        for key in self.layouts:
+            self.spills.pop((episode, key), None)
+        shutil.rmtree(inside(self.folder, spill_group(episode)), ignore_errors=True)
 
     def open_arrays(self) -> None:
         """(Re)open the data and index arrays; checks what they hold against the layout."""
@@ -160,7 +184,7 @@ class ZarrStore:
         if store is None:
             path = self.layouts[key].spill_path(episode)
             store = result(
-                ts.open(self.spec(path), context=self.context),
+                ts.open(self.spec(path), context=self.spill_context()),
                 f"ongoing episode {episode}: cannot open {path}",
             )
             self.spills[(episode, key)] = store
@@ -475,7 +499,7 @@ class ZarrStore:
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush a writer, drop spills of finalized episodes, release every handle."""
+        """Flush a writer, trim its arrays, release every handle."""
         if self.closed:
             return
         if self.helper is not None and self.helper[0] == os.getpid():
@@ -484,9 +508,6 @@ class ZarrStore:
         if self.writable and os.getpid() == self.pid:
             self.flush()
             trim(self)
-            for episode in sorted(self.garbage):
-                shutil.rmtree(inside(self.folder, spill_group(episode)), ignore_errors=True)
-            self.garbage.clear()
         self.closed = True
         self.data.clear()
         self.spills.clear()
