@@ -20,6 +20,7 @@ from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.location import inside, write_json_atomic
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
+from episodata_zarr._confine import CheckedChunks, check_array, check_files
 from episodata_zarr._layout import (
     COMMIT_NAME,
     FORMAT,
@@ -84,6 +85,7 @@ class ZarrStore:
         self.spills: dict[tuple[int, str], Any] = {}
         self.documents: dict[str, dict[str, Any]] = {}  # data arrays' zarr.json, for spills
         self.spill_contexts: tuple[Any, Any] | None = None  # (parent, uncached child)
+        self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
         self.closed = False
@@ -103,7 +105,7 @@ class ZarrStore:
         """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
         spec: dict[str, Any] = {
             "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": f"{inside(self.folder, path)}/"},
+            "kvstore": {"driver": "file", "path": f"{check_array(self.folder, path)}/"},
             # a reopened handle revalidates what was cached before: that is how readers
             # see chunks the writer rewrote
             "recheck_cached_data": "open",
@@ -119,13 +121,15 @@ class ZarrStore:
         return spec
 
     def spill_context(self) -> Any:
-        """The context of spill arrays: the dataset's, but with a cache pool of 0 bytes.
+        """The context of spill arrays; a writer's has a cache pool of 0 bytes.
 
-        The writer keeps ongoing rows in memory and never reads its spills back, and a
-        reader reads an ongoing episode seldom; cached, every flushed episode would leave
-        a decoded chunk per field in the pool (about 1.8 MB each for the example schema,
-        measured), and the pool does not give it back.
+        The writer keeps ongoing rows in memory and never reads its spills back: cached,
+        every flushed episode left a decoded chunk per field in the pool (about 1.8 MB
+        each for the example schema, measured), which the pool did not give back. A
+        reader samples ongoing episodes from their spills, so its spills stay cached.
         """
+        if not self.writable:
+            return self.context
         if self.spill_contexts is None or self.spill_contexts[0] is not self.context:
             uncached = ts.Context.Spec({"cache_pool": {"total_bytes_limit": 0}})
             self.spill_contexts = (self.context, ts.Context(uncached, self.context))
@@ -250,7 +254,7 @@ class ZarrStore:
 
     def read_document(self, path: str) -> dict[str, Any]:
         """The parsed ``zarr.json`` of the node at ``path``."""
-        file = inside(self.folder, path) / "zarr.json"
+        file = inside(self.folder, f"{path}/zarr.json")
         try:
             document = json.loads(file.read_bytes())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -263,6 +267,7 @@ class ZarrStore:
     def open(cls, location: str, options: ZarrOptions, *, writable: bool) -> ZarrStore:
         """Open a dataset folder; a writable open also recovers after a crashed writer."""
         folder = Path(location)
+        check_files(folder, [COMMIT_NAME, "zarr.json"])  # no link out of the folder is read
         record = read_commit(folder)
         root_file = folder / "zarr.json"
         try:
