@@ -35,6 +35,7 @@ from episodata_zarr._layout import (
     metadata_digest,
     spill_group,
 )
+from episodata_zarr._manifest import check_manifest
 from episodata_zarr._options import worker_share
 from episodata_zarr._reads import SpillGoneError, gather_rows, read_rows, result
 from episodata_zarr._table import EpisodeIndex, check_entries
@@ -285,6 +286,7 @@ class ZarrStore:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise EpisodataError(f"{root_file}: no valid episodata schema ({err})") from err
+        check_manifest(folder, schema)  # before anything is sized or read by either schema
         store = cls(
             folder, schema, field_layouts(schema, options), options, record, writable=writable
         )

@@ -7,7 +7,8 @@
 - data: every chunk is decoded (its CRC-32C codec catches damaged bytes), then the rows
   of each finalized episode are checked against the CRC-32 recorded when it was written;
 - ongoing episodes: their flushed rows against the CRC-32s in the commit record;
-- symbolic links: every link anywhere in the folder that leads out of it.
+- symbolic links: every link anywhere in the folder that leads out of it;
+- the manifest: its schema against the stored one and the arrays' metadata.
 
 Problems are collected, never raised, so one report lists all of them.
 """
@@ -25,6 +26,7 @@ import numpy as np
 from episodata_core.errors import EpisodataError
 from episodata_zarr._confine import outside_links
 from episodata_zarr._layout import GROUP_DOCUMENT, INDEX_PATH, crc32, metadata_digest, spill_group
+from episodata_zarr._manifest import manifest_problems
 from episodata_zarr._reads import result
 from episodata_zarr._table import entry_hash
 
@@ -45,6 +47,7 @@ def verify(store: ZarrStore) -> list[str]:
     for key, layout in store.layouts.items():
         problems += _check_field(store, key, layout, entries)
     problems += _check_ongoing(store)
+    problems += manifest_problems(store.folder, store.schema)
     return problems
 
 
