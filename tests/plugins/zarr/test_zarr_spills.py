@@ -158,9 +158,13 @@ def test_writer_memory_stays_flat_over_many_flushed_episodes(tmp_path: Path) -> 
     lines = [line.split() for line in done.stdout.splitlines()]
     rss = {int(n): float(mb) for n, mb in lines[:-1]}
     closed = float(lines[-1][1])
-    warm = rss[200]  # imports, the cache pool and the first arrays have settled by then
+    # warm-up: imports, the first chunks of every array and the allocator's arenas settle
+    # in the first 250 episodes; its peak is the baseline, as single samples dip when
+    # the allocator trims. What still grows after it is the data (cached chunks, the
+    # index): a few kB per episode, not the ~1.8 MB a flushed episode leaked before
+    warm = max(mb for n, mb in rss.items() if n <= 250)
     figures = f"RSS MB after N episodes: {rss}; after close {closed}"
-    assert max(rss[n] for n in rss if n >= 200) <= 1.10 * warm, figures
+    assert max(mb for n, mb in rss.items() if n > 250) <= 1.10 * warm, figures
     assert closed <= 1.10 * warm, figures
     assert _spill_folders(folder) == []
     reader = open_backend(folder)
