@@ -117,3 +117,18 @@ def test_links_that_stay_inside_are_followed(tmp_path: Path) -> None:
     np.testing.assert_array_equal(rows, rows_of(example_schema(), 1)["observation/state"][:2])
     assert [p for p in backend.verify() if "symbolic link" in p] == []
     backend.close()
+
+
+def test_appending_never_writes_through_a_link_out_of_the_folder(tmp_path: Path) -> None:
+    mine, foreign = _two_datasets(tmp_path)
+    # a chunk folder of this array that is the other dataset's: a write into chunk 0
+    # would replace the other dataset's file
+    _link(mine / _STATE / "c/0", foreign / _STATE / "c/0")
+    theirs = (foreign / _STATE / "c/0/0").read_bytes()
+    backend = open_backend(mine, writable=True)
+    with pytest.raises(EpisodataError, match=r"'data/observation/state/c/0/0' points outside"):
+        backend.add_episode(rows_of(example_schema(), 2), terminated=True, truncated=False)
+    assert len(backend.episode_table()) == 2  # refused before anything was written
+    backend.close()
+    assert (foreign / _STATE / "c/0/0").read_bytes() == theirs
+    assert sorted(p.name for p in (foreign / _STATE / "c/0").iterdir()) == ["0"]

@@ -100,6 +100,11 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
         rows += count
     if spills:
         entries.append(store.index.ongoing_entries(np.array(spills, dtype=np.int64)))
+    if blocks:  # writes never follow a link out of the folder either (an appended stranger)
+        lo = np.array([start for start, _, _ in blocks], dtype=np.int64)
+        hi = lo + np.array([count for _, count, _ in blocks], dtype=np.int64)
+        for key, handle in store.data.items():
+            store.checked.check_ranges(store.layouts[key].path, handle, lo, hi)
     spill_crc = {e: _spill_crc(store, e) for e in spills}
     _grow(store, rows, episodes, spills)
     ids = [episode for episode, *_ in finals] + spills
