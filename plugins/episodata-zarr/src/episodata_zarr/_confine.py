@@ -7,8 +7,8 @@ the npz backend; every check goes through :func:`episodata_core.location.inside`
 
 - at open (cheap): the root and commit files, and each array's folder, ``zarr.json``
   and ``c/`` folder as its handle is opened;
-- on reads: each chunk file of a data array, the first time a read touches it (one
-  path resolution per chunk per process);
+- on reads and writes: each chunk file of a data array, the first time a read or a
+  commit touches it (one path resolution per chunk per process);
 - ``verify``: a walk of the whole folder that reports every link leaving it.
 """
 
