@@ -29,7 +29,7 @@ def _two_datasets(tmp_path: Path) -> tuple[Path, Path]:
     schema = example_schema()
     folders = []
     for name, seed in (("mine", 1), ("foreign", 7)):
-        backend = make_backend(tmp_path / name)
+        backend = make_backend(tmp_path / name, fsync=False)  # durability is not at stake
         for episode in range(2):
             rows = rows_of(schema, episode * 6 + seed)  # same length, different values
             backend.add_episode(rows, terminated=True, truncated=False)
