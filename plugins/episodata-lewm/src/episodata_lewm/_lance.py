@@ -311,15 +311,22 @@ def _image_column(source: LanceSource, column: LanceColumn, options: LeWMOptions
     name = column.name
     if source.rows == 0:
         raise FormatError(f"{source.where(name)}: the dataset has no rows")
+    first = column.read_arrow(0, 1).to_pylist()[0]
+    shape = image_shape(first, f"{source.where(name)}, row 0")
     if options.images == "jpeg":
-        widths = [int(np.diff(np.asarray(column.read_arrow(a, b).offsets)).max())
-                  for a, b in _spans(source.rows, _SCAN_ROWS // 256)]
+        import pyarrow.compute as pc
+
+        # a JPEG is smaller than its pixels, so these reads stay within the read budget
+        step = max(1, options.read_budget_bytes // int(np.prod(shape)))
+        widths = [
+            int(pc.max(pc.binary_length(column.read_arrow(a, b))).as_py())
+            for a, b in _spans(source.rows, step)
+        ]
         column.width = max([1, *widths])
         column.shape, column.row_shape = (source.rows,), ()
         column.dtype = np.dtype(f"S{column.width}")
-        return Column(name, (), np.dtype(f"S{column.width}"), encoding="jpeg")
-    first = column.read_arrow(0, 1).to_pylist()[0]
-    column.image_shape = image_shape(first, f"{source.where(name)}, row 0")
+        return Column(name, (), column.dtype, encoding="jpeg")
+    column.image_shape = shape
     column.row_shape = column.image_shape
     column.shape = (source.rows, *column.image_shape)
     return Column(name, column.image_shape, np.dtype(np.uint8), image=True, encoding="jpeg")
