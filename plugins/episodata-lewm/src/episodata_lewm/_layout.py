@@ -82,7 +82,9 @@ def open_file(path: str, rdcc_nbytes: int | None = None) -> Any:
     import h5py
 
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r}: no such file; pass the path of an swm .h5 file")
+        raise FileNotFoundError(
+            f"{path!r}: no such file or folder; pass an swm .h5 file or .lance folder"
+        )
     if not h5py.is_hdf5(path):
         raise FormatError(
             f"{path!r} is not an HDF5 file; the lewm importer reads stable-worldmodel / "
