@@ -217,3 +217,59 @@ def test_pipeline_reaches_the_lance_reader(tmp_path):
         assert len(dataset) == 4
         rows = dataset.episode(2).read().buffers
         assert [bytes(b) for b in rows["observation/pixels"]] == rec.blobs(2, "pixels")
+
+
+@pytest.fixture
+def spy_lance_reads(monkeypatch):
+    """Record ``(columns, offset, limit)`` of every pylance table read."""
+    import lance
+
+    reads: list[tuple[tuple[str, ...], int | None, int | None]] = []
+    original = lance.LanceDataset.to_table
+
+    def spy(self, columns=None, *args, **kwargs):
+        reads.append((tuple(columns or ()), kwargs.get("offset"), kwargs.get("limit")))
+        return original(self, columns, *args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "to_table", spy)
+    return reads
+
+
+@pytest.mark.parametrize("images", ["decode", "jpeg"])
+def test_lance_reads_stay_within_the_read_budget(spy_lance_reads, images):
+    name = "pusht-swmmain.lance"  # 4 episodes of 10 rows
+    # two images (decoded, or JPEGs of about 1 KB) and the rest, about
+    row_bytes = 2 * 32 * 32 * 3 + 200 if images == "decode" else 2 * 1000 + 100
+    budget = 2 * 10 * row_bytes  # two episodes
+    dataset, _, _ = _import(str(recording(name).path), read_budget_bytes=budget, images=images)
+    assert_dataset_matches(
+        dataset, lance_expected_import(name) if images == "decode" else _no_images(name)
+    )
+    assert spy_lance_reads, "pylance was not read through to_table"
+    assert all(len(columns) == 1 for columns, _, _ in spy_lance_reads)  # one column per read
+    whole = {c[0] for c, offset, limit in spy_lance_reads if offset == 0 and (limit or 0) >= 40}
+    # only the episode numbers are read whole (in bounded windows), never an image column
+    assert whole <= {"episode_idx"}, whole
+    pixel_reads = [limit for c, _, limit in spy_lance_reads if c == ("pixels",)]
+    assert len(pixel_reads) >= 2
+    assert max(pixel_reads) <= 20
+
+
+def _no_images(name):
+    """The oracle with the image columns as the stored JPEG bytes."""
+    import dataclasses
+
+    expected = lance_expected_import(name)
+    rec = recording(name)
+    episodes = []
+    for e, episode in enumerate(expected.episodes):
+        observations = dict(episode.observations)
+        for column in IMAGES:
+            blobs = rec.blobs(e, column)
+            observations[column] = np.asarray(blobs, dtype=f"S{_width(rec, column)}")
+        episodes.append(dataclasses.replace(episode, observations=observations))
+    return dataclasses.replace(expected, episodes=episodes)
+
+
+def _width(rec, column):
+    return max(len(b) for e in range(len(rec.episodes)) for b in rec.blobs(e, column))
