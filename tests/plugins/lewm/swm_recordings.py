@@ -9,6 +9,7 @@ holds what an import must give, made by a separate script with pylance and Pillo
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ class Recording:
     def blobs(self, e: int, column: str) -> list[bytes]:
         data = self.expected[f"ep{e}/jpeg/{column}/bytes"].tobytes()
         offsets = self.expected[f"ep{e}/jpeg/{column}/offsets"]
-        return [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        return [data[a:b] for a, b in itertools.pairwise(offsets)]
 
 
 def recording(name: str) -> Recording:

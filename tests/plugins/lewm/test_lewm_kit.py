@@ -13,7 +13,6 @@ from tests.fixtures.hdf5_sources import (
     swm_pusht_style,
     swm_tiny,
 )
-
 from tests.plugins.lewm.swm_recordings import LANCE, lance_expected_import, recording
 from tests.plugins.lewm.test_lewm_lance_bad_input import CASES
 

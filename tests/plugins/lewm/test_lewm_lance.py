@@ -28,8 +28,6 @@ from episodata_core.errors import EpisodataImportWarning, FormatError
 from episodata_core.testing import assert_dataset_matches
 
 
-
-
 def _import(path, destination=None, **options):
     """Import, returning the warnings episodata emitted (any other warning fails)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -179,9 +177,19 @@ def test_cli_imports_a_lance_folder(tmp_path):
     rec = recording("pusht-swm0.1.1.lance")
     destination = tmp_path / "from-cli"
     result = subprocess.run(
-        [sys.executable, "-m", "episodata_core.cli", "import", "lewm", str(rec.path),
-         str(destination)],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "episodata_core.cli",
+            "import",
+            "lewm",
+            str(rec.path),
+            str(destination),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert "stable-worldmodel 0.1.1" in result.stderr
@@ -194,9 +202,19 @@ def test_cli_rejects_a_foreign_lance_dataset_in_one_line(tmp_path):
 
     path = rewrite(LANCE[0], tmp_path, "frames.lance", lambda t: t.drop_columns(["episode_idx"]))
     result = subprocess.run(
-        [sys.executable, "-m", "episodata_core.cli", "import", "lewm", str(path),
-         str(tmp_path / "out")],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "episodata_core.cli",
+            "import",
+            "lewm",
+            str(path),
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()

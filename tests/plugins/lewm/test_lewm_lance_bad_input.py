@@ -88,7 +88,9 @@ CASES = {
         "column 'pixels', row 13",
     ),
     "zeroed_jpeg": (
-        lambda d: rewrite(MAIN, d, "zeroed.lance", _blob(27, lambda b: b[:400] + bytes(200) + b[600:])),
+        lambda d: rewrite(
+            MAIN, d, "zeroed.lance", _blob(27, lambda b: b[:400] + bytes(200) + b[600:])
+        ),
         FormatError,
         "column 'pixels', row 27: the JPEG does not decode",
     ),
@@ -100,8 +102,10 @@ CASES = {
     "fractional_id": (
         lambda d: rewrite(MAIN, d, "id.lance", _float_list("id", 5, 0.5)),
         FormatError,
-        "column 'id' must hold a whole number in the range of int64 (int64 in the env, float32 "
-        "in the file), but 1 row(s) do not: row 5: [0.5]",
+        (
+            "column 'id' must hold a whole number in the range of int64 (int64 in the env, "
+            "float32 in the file), but 1 row(s) do not: row 5: [0.5]"
+        ),
     ),
     "nan_n_contacts": (
         lambda d: rewrite(MAIN, d, "contacts.lance", _float_list("n_contacts", 33, np.nan)),
@@ -155,8 +159,11 @@ def test_a_corrupt_jpeg_fails_when_kept_as_bytes_too(tmp_path):
 def test_the_latest_of_several_versions_is_read_and_named(tmp_path):
     path = writable_copy(MAIN, tmp_path)
     lance.dataset(str(path)).delete("episode_idx = 3")  # version 2: three episodes
-    with pytest.warns(EpisodataImportWarning, match=r"2 versions \(1 to 2\); read version 2 "
-                      r"\(the latest\)") as caught:
+    with pytest.warns(
+        EpisodataImportWarning,
+        match=r"2 versions \(1 to 2\); read version 2 "
+        r"\(the latest\)",
+    ) as caught:
         dataset, report = episodata.import_dataset("lewm", str(path))
     assert len(caught) == 1
     assert len(dataset) == 3
@@ -164,9 +171,13 @@ def test_the_latest_of_several_versions_is_read_and_named(tmp_path):
     source = dataset.manifest.metadata["imports"][0]["source"]
     assert (source["lance_version"], source["lance_versions"]) == (2, 2)
     # the deletion file is part of what version 2 reads
-    assert source["bytes"] == sum(
-        p.stat().st_size for p in [*(path / "data").iterdir(), *(path / "_deletions").iterdir()]
-    ) + next((path / "_versions").glob(f"{(1 << 64) - 3}.manifest")).stat().st_size
+    assert (
+        source["bytes"]
+        == sum(
+            p.stat().st_size for p in [*(path / "data").iterdir(), *(path / "_deletions").iterdir()]
+        )
+        + next((path / "_versions").glob(f"{(1 << 64) - 3}.manifest")).stat().st_size
+    )
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         older, _ = episodata.import_dataset("lewm", str(path), lance_version=1)
@@ -174,5 +185,5 @@ def test_the_latest_of_several_versions_is_read_and_named(tmp_path):
 
 
 def test_a_missing_path_names_both_formats(tmp_path):
-    with pytest.raises(FileNotFoundError, match="pass an swm .h5 file or .lance folder"):
+    with pytest.raises(FileNotFoundError, match=r"pass an swm \.h5 file or \.lance folder"):
         episodata.import_dataset("lewm", str(tmp_path / "nothing.lance"))

@@ -18,7 +18,7 @@ from episodata_core.errors import FormatError
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["decode_jpegs", "image_shape", "jpeg_bytes", "check_markers"]
+__all__ = ["check_markers", "decode_jpegs", "image_shape", "jpeg_bytes"]
 
 _SOI, _EOI = b"\xff\xd8", b"\xff\xd9"
 _CHANNELS = {"L": 1, "RGB": 3}
@@ -50,7 +50,7 @@ def check_markers(blobs: list[bytes | None], where: str, first_row: int) -> None
     """Every blob starts with SOI and ends with EOI (a cut-off JPEG lacks the EOI)."""
     for i, blob in enumerate(blobs):
         if blob is None or not blob.startswith(_SOI) or not blob.endswith(_EOI):
-            state = "is null" if blob is None else f"does not start with FF D8 and end with FF D9"
+            state = "is null" if blob is None else "does not start with FF D8 and end with FF D9"
             raise FormatError(
                 f"{where}, row {first_row + i}: the JPEG {state} ({0 if blob is None else len(blob)} "
                 "bytes); the dataset is damaged or was cut off"

@@ -134,14 +134,10 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
             # what the backend holds while it writes stays small next to the window
             write_bytes=max(1, options.read_budget_bytes // 16),
         )
-    result = _result(path, prepared, options, scan, flags, reasons, log, alignment, assumed)
+    result = _result(
+        path, prepared, options, scan, flags, reasons, log, alignment, assumed, release
+    )
     result.record["source"].update(_lance_source(path, handle, options), swm_release=release)
-    if release == "0.1.1":
-        # the finite last-row action is a_1, rotated there by the writer, not a dangling one
-        result.record["episodes"]["dangling_action"] = [False] * len(
-            result.record["episodes"]["dangling_action"]
-        )
-        result.report.dangling_actions = 0
     return result
 
 
@@ -291,11 +287,14 @@ def _result(
     log: WarningLog,
     alignment: str,
     assumed: bool,
+    release: str,
 ) -> ImportResult:
     layout, kept = prepared.layout, flags.kept
     total = int(layout.ep_len.size)
     skipped = {"not_selected": total - int(prepared.positions.size), "empty": int((~kept).sum())}
-    dangling = scan.last_finite & kept if alignment == "out" else np.zeros_like(kept)
+    # 0.1.1's finite last-row action is a_1, rotated there by the writer: not a dangling one
+    dangles = alignment == "out" and release != "0.1.1"
+    dangling = scan.last_finite & kept if dangles else np.zeros_like(kept)
     ended, counts = np.unique(reasons[kept], return_counts=True)
     report = LeWMReport(
         rows_read=int(prepared.lengths.sum()),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -115,7 +115,8 @@ class LanceColumn:
         flat = array
         for _ in self.list_dims:
             flat = flat.flatten()
-        values = flat.to_numpy(zero_copy_only=False).reshape(b - a, *self.row_shape)
+        values: npt.NDArray[Any] = flat.to_numpy(zero_copy_only=False)
+        values = values.reshape(b - a, *self.row_shape)
         if self.target is not None:
             return _integral(values, self.target, self.source.where(self.name), a)
         return values
@@ -188,7 +189,7 @@ class LanceSource:
             field.name: LanceColumn(self, field.name, field.type, self.rows) for field in schema
         }
 
-    def __enter__(self) -> LanceSource:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -233,7 +234,9 @@ class LanceSource:
                 recorded = data.file_size_bytes
                 size = (root / relative).stat().st_size if (root / relative).is_file() else -1
                 if size < 0 or (recorded and size < recorded):
-                    what = "missing" if size < 0 else f"{size} bytes, the manifest records {recorded}"
+                    what = (
+                        "missing" if size < 0 else f"{size} bytes, the manifest records {recorded}"
+                    )
                     raise PartialFileError(
                         f"{self.path!r} (Lance version {self.version}): data file {relative!r} is "
                         f"{what}; the copy or download did not finish. Fetch the dataset again"
