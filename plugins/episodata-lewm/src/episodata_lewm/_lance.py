@@ -39,9 +39,9 @@ _SCAN_ROWS = 1 << 20  # rows of episode_idx per read while finding the episodes 
 _KEEP_SHAPE = ("action",)  # a one-dimensional action stays [1]; other size-1 lists are scalars
 
 
-def is_lance(path: str) -> bool:
+def is_lance(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is (meant as) a Lance dataset: a folder, or a name ending ``.lance``."""
-    return os.path.isdir(path) or path.rstrip("/").endswith(".lance")
+    return os.path.isdir(path) or os.fspath(path).rstrip("/").endswith(".lance")
 
 
 class LanceColumn:
