@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from episodata_core.errors import FormatError, PartialFileError
-from episodata_lewm._images import check_markers, decode_jpegs, image_shape, jpeg_bytes
+from episodata_lewm._images import (
+    check_markers,
+    decode_jpegs,
+    image_shape,
+    jpeg_bytes,
+    verify_jpegs,
+)
 from episodata_lewm._layout import Column, Layout, choose_columns
 
 if TYPE_CHECKING:
@@ -379,24 +385,18 @@ def verify_rows(source: LanceSource, layout: Layout, windows: list[Any], *, full
     """The pre-pass over what the scan leaves out, so that a bad value fails before writing.
 
     ``full``: every column the import reads, once per window (nulls, integral values, and
-    every JPEG decoded); otherwise the integer columns and the JPEG markers only.
+    every JPEG decoded, its pixels dropped); otherwise the integer columns and the JPEG
+    markers only.
     """
     names = [n for n in layout.columns if full or source[n].target is not None]
-    images = [n for n in layout.columns if source[n].encoding is not None and n not in names]
     for window in windows:
         a, b = window.start, window.stop
-        for name in names:
+        for name in layout.columns:
             column = source[name]
-            if column.encoding is not None and column.image_shape is None:
-                # kept as bytes: decoding still proves that each blob is a whole JPEG
+            if column.encoding is not None:
                 blobs = column.read_arrow(a, b).to_pylist()
-                where = source.where(name)
-                check_markers(blobs, where, a)
-                for i, blob in enumerate(blobs):  # sizes may differ when kept as bytes
-                    assert blob is not None  # check_markers rejects nulls
-                    shape = image_shape(blob, f"{where}, row {a + i}")
-                    decode_jpegs([blob], shape, where, a + i)
-            else:
+                check_markers(blobs, source.where(name), a)
+                if full:  # kept as bytes, sizes may differ; decoded, they may not
+                    verify_jpegs(blobs, source.where(name), a, column.image_shape)
+            elif name in names:
                 column[a:b]
-        for name in images:
-            check_markers(source[name].read_arrow(a, b).to_pylist(), source.where(name), a)
