@@ -59,6 +59,16 @@ def _split_episode(table):
     return _set_column(table, "episode_idx", pa.array(index, pa.int32()))
 
 
+def _small_jpeg():
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (9, 99, 199)).save(buffer, "JPEG", quality=95)
+    return buffer.getvalue()
+
+
 def _truncated(directory):
     path = writable_copy(MAIN, directory)
     (data,) = (path / "data").iterdir()
@@ -98,6 +108,12 @@ CASES = {
         lambda d: rewrite(MAIN, d, "png.lance", _blob(3, lambda b: b"\x89PNG" + b[4:])),
         FormatError,
         "column 'pixels', row 3",
+    ),
+    "resized_jpeg": (
+        lambda d: rewrite(MAIN, d, "resized.lance", _blob(9, lambda b: _small_jpeg())),
+        FormatError,
+        "column 'pixels', row 9: the JPEG is 16x16 with 3 channel(s), but the column's first "
+        "image is 32x32 with 3",
     ),
     "fractional_id": (
         lambda d: rewrite(MAIN, d, "id.lance", _float_list("id", 5, 0.5)),
@@ -187,3 +203,19 @@ def test_the_latest_of_several_versions_is_read_and_named(tmp_path):
 def test_a_missing_path_names_both_formats(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"pass an swm \.h5 file or \.lance folder"):
         episodata.import_dataset("lewm", str(tmp_path / "nothing.lance"))
+
+
+def test_column_dtypes_names_columns_of_the_dataset():
+    path = str(recording(MAIN).path)
+    with pytest.raises(FormatError, match=r"column_dtypes names \['nope'\], which are not columns"):
+        episodata.import_dataset("lewm", path, column_dtypes={"nope": "int64"})
+    with pytest.raises(FormatError, match="converts float columns that hold integers only"):
+        episodata.import_dataset("lewm", path, column_dtypes={"step_idx": "int64"})
+
+
+def test_column_dtypes_replaces_the_defaults():
+    rec = recording(MAIN)
+    dataset, _ = episodata.import_dataset("lewm", str(rec.path), column_dtypes={})
+    # without the default conversion, id stays the float32 the file holds
+    got = dataset.episode(1).read().buffers["info/id"]
+    np.testing.assert_array_equal(got, rec.rows(1, "id"), strict=True)
