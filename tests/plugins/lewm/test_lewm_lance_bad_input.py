@@ -112,8 +112,10 @@ CASES = {
     "resized_jpeg": (
         lambda d: rewrite(MAIN, d, "resized.lance", _blob(9, lambda b: _small_jpeg())),
         FormatError,
-        "column 'pixels', row 9: the JPEG is 16x16 with 3 channel(s), but the column's first "
-        "image is 32x32 with 3",
+        (
+            "column 'pixels', row 9: the JPEG is 16x16 with 3 channel(s), but the column's "
+            "first image is 32x32 with 3"
+        ),
     ),
     "fractional_id": (
         lambda d: rewrite(MAIN, d, "id.lance", _float_list("id", 5, 0.5)),
