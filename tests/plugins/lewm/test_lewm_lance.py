@@ -291,3 +291,26 @@ def _no_images(name):
 
 def _width(rec, column):
     return max(len(b) for e in range(len(rec.episodes)) for b in rec.blobs(e, column))
+
+
+def test_hash_source_digests_the_files_of_the_version():
+    import hashlib
+
+    rec = recording("pusht-swm0.1.1.lance")
+    dataset, _, _ = _import(str(rec.path), hash_source=True)
+    source = dataset.manifest.metadata["imports"][0]["source"]
+    # formats.md: the manifest and data files, sorted by relative path: path, NUL, bytes
+    files = sorted(
+        [*rec.path.glob("_versions/*.manifest"), *rec.path.glob("data/*.lance")],
+        key=lambda p: p.relative_to(rec.path).as_posix(),
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(rec.path).as_posix().encode() + b"\0" + path.read_bytes())
+    assert source["sha256"] == digest.hexdigest()
+    assert source["bytes"] == sum(p.stat().st_size for p in files)
+    assert source["bytes"] == sum(
+        rec.facts["lance"]["files"][k]
+        for k in rec.facts["lance"]["files"]
+        if k.startswith(("_versions/1", "data/"))
+    )
