@@ -321,7 +321,13 @@ def _image_column(source: LanceSource, column: LanceColumn, options: LeWMOptions
     if source.rows == 0:
         raise FormatError(f"{source.where(name)}: the dataset has no rows")
     first = column.read_arrow(0, 1).to_pylist()[0]
-    shape = image_shape(first, f"{source.where(name)}, row 0")
+    try:
+        shape = image_shape(first, f"{source.where(name)}, row 0")
+    except FormatError as err:
+        raise FormatError(
+            f"{err}. Binary columns are read as one JPEG image per row (what swm writes); "
+            f"pass exclude=[{name!r}] to leave this one out"
+        ) from err
     if options.images == "jpeg":
         import pyarrow.compute as pc
 
