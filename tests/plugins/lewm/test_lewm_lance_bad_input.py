@@ -221,3 +221,23 @@ def test_column_dtypes_replaces_the_defaults():
     # without the default conversion, id stays the float32 the file holds
     got = dataset.episode(1).read().buffers["info/id"]
     np.testing.assert_array_equal(got, rec.rows(1, "id"), strict=True)
+
+
+def test_a_dataset_written_again_at_the_same_path_is_read_anew(tmp_path):
+    """The JPEG width found for one dataset is never reused for another at the same path."""
+    import io
+
+    from PIL import Image
+
+    first = rewrite(MAIN, tmp_path, "again.lance", lambda t: t)
+    episodata.import_dataset("lewm", str(first), images="jpeg")
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, "JPEG", quality=95)
+    big = buffer.getvalue()  # far longer than any blob of the recording
+    second = rewrite(MAIN, tmp_path, "again.lance", _blob(0, lambda _: big))
+    assert second == first
+    dataset, _ = episodata.import_dataset(
+        "lewm", str(second), images="jpeg", validate="structure"
+    )
+    assert bytes(dataset.episode(0).read().buffers["observation/pixels"][0]) == big

@@ -148,6 +148,22 @@ def verify_jpegs(
         _decode(blob, shape, f"{where}, row {first_row + i}")
 
 
-def jpeg_bytes(blobs: list[bytes | None], width: int) -> npt.NDArray[np.bytes_]:
-    """The encoded blobs as ``S<width>`` (no JPEG ends in a NUL byte, so none is lost)."""
+def jpeg_bytes(
+    blobs: list[bytes | None], width: int, where: str, first_row: int
+) -> npt.NDArray[np.bytes_]:
+    """The encoded blobs as ``S<width>`` (no JPEG ends in a NUL byte, so none is lost).
+
+    Raises
+    ------
+    FormatError
+        A blob is longer than ``width`` (NumPy would cut it short without a word).
+    """
+    lengths = [0 if blob is None else len(blob) for blob in blobs]
+    longest = max(lengths, default=0)
+    if longest > width:
+        row = first_row + lengths.index(longest)
+        raise FormatError(
+            f"{where}, row {row}: a JPEG of {longest} bytes, longer than the {width} bytes the "
+            "schema was made for; the dataset changed during the import. Import it again"
+        )
     return np.asarray(blobs, dtype=f"S{width}")

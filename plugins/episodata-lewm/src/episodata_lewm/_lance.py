@@ -42,6 +42,7 @@ __all__ = ["LanceSource", "inspect_lance", "is_lance", "verify_rows"]
 
 _INDEX = "episode_idx"
 _SCAN_ROWS = 1 << 20  # rows of episode_idx per read while finding the episodes (4 MiB)
+_WIDTHS: dict[tuple[Any, ...], int] = {}  # the longest JPEG of a column of a version
 _KEEP_SHAPE = ("action",)  # a one-dimensional action stays [1]; other size-1 lists are scalars
 
 
@@ -117,7 +118,7 @@ class LanceColumn:
             if self.image_shape is not None:
                 return decode_jpegs(blobs, self.image_shape, self.source.where(self.name), a)
             check_markers(blobs, self.source.where(self.name), a)
-            return jpeg_bytes(blobs, self.width)
+            return jpeg_bytes(blobs, self.width, self.source.where(self.name), a)
         flat = array
         for _ in self.list_dims:
             flat = flat.flatten()
@@ -331,13 +332,20 @@ def _image_column(source: LanceSource, column: LanceColumn, options: LeWMOptions
     if options.images == "jpeg":
         import pyarrow.compute as pc
 
-        # a JPEG is smaller than its pixels, so these reads stay within the read budget
-        step = max(1, options.read_budget_bytes // int(np.prod(shape)))
-        widths = [
-            int(pc.max(pc.binary_length(column.read_arrow(a, b))).as_py())
-            for a, b in _spans(source.rows, step)
-        ]
-        column.width = max([1, *widths])
+        # a version's files never change, so read_schema's scan serves the import too (the
+        # data files' random names tell a dataset written again at the same path apart)
+        key = (os.path.realpath(source.path), source.version, name, tuple(source.files))
+        if key not in _WIDTHS:
+            # a JPEG is smaller than its pixels, so these reads stay within the read budget
+            step = max(1, options.read_budget_bytes // int(np.prod(shape)))
+            widths = [
+                int(pc.max(pc.binary_length(column.read_arrow(a, b))).as_py())
+                for a, b in _spans(source.rows, step)
+            ]
+            if len(_WIDTHS) >= 64:
+                _WIDTHS.clear()
+            _WIDTHS[key] = max([1, *widths])
+        column.width = _WIDTHS[key]
         column.shape, column.row_shape = (source.rows,), ()
         column.dtype = np.dtype(f"S{column.width}")
         return Column(name, (), column.dtype, encoding="jpeg")
