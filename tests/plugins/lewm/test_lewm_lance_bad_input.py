@@ -237,7 +237,5 @@ def test_a_dataset_written_again_at_the_same_path_is_read_anew(tmp_path):
     big = buffer.getvalue()  # far longer than any blob of the recording
     second = rewrite(MAIN, tmp_path, "again.lance", _blob(0, lambda _: big))
     assert second == first
-    dataset, _ = episodata.import_dataset(
-        "lewm", str(second), images="jpeg", validate="structure"
-    )
+    dataset, _ = episodata.import_dataset("lewm", str(second), images="jpeg", validate="structure")
     assert bytes(dataset.episode(0).read().buffers["observation/pixels"][0]) == big
