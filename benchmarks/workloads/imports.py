@@ -1,11 +1,13 @@
-"""W9: importing a D4RL-shaped and a LeWorldModel-shaped HDF5 file into Zarr.
+"""W9: importing a D4RL-shaped and a LeWorldModel-shaped HDF5 file, and a Lance dataset, into Zarr.
 
 The source files are written block by block (bounded memory) like their originals: D4RL
 with gzip-compressed columns, LeWM like stable-worldmodel <= 0.0.5 (resizable columns,
 pixels Blosc LZ4 in 100-row chunks, the rest in 1000-row chunks). The ceiling is
 reading every column of the file once with h5py, chunk-aligned, and discarding it.
 Rates are uncompressed source megabytes per second. Each file is also imported at a
-quarter of its rows: peak RSS should not grow with the file.
+quarter of its rows: peak RSS should not grow with the file. The Lance row
+(``imports_lance``) compares the import of a stable-worldmodel-shaped Lance dataset with
+reading its table alone with pylance.
 """
 
 from __future__ import annotations
@@ -264,4 +266,66 @@ def run_w9(context: Context) -> WorkloadResult:
     from benchmarks.workloads.lerobot_import import lerobot_rows
 
     lerobot_rows(context, result)
+    _run_lance(context, result)
     return result
+
+
+def _run_lance(context: Context, result: WorkloadResult) -> None:
+    """The Lance row: stable-worldmodel's default format, decoded and kept as JPEG bytes."""
+    from benchmarks.workloads.imports_lance import (
+        check_lance,
+        decode_lance,
+        read_lance,
+        write_lewm_lance,
+    )
+    from episodata import import_dataset
+    from episodata_core.errors import MissingDependencyError
+
+    rows = context.sizes.lewm_rows
+    try:
+        import lance  # noqa: F401
+    except ImportError:
+        result.figures.append(
+            Figure("lewm-lance import", "episodata", "MB/s", status="not installed")
+        )
+        return
+    source = context.run_dir / "lewm.lance"
+    if not source.exists():
+        write_lewm_lance(source, rows, context.sizes.seed)
+    raw, read_s = read_lance(source)
+    read = Figure("lewm-lance pylance read", "ceiling", "MB/s", rate=raw / MB / read_s)
+    read.disk_mb = disk_bytes(source) / MB
+    read.extra = {"raw_mb": raw / MB, "seconds": read_s}
+    raw_d, decode_s = decode_lance(source)
+    decode = Figure(
+        "lewm-lance pylance read + Pillow decode", "ceiling", "MB/s", rate=raw_d / MB / decode_s
+    )
+    decode.note = "Image.open per JPEG, as the format's readers do; the import decodes twice"
+    result.figures += [read, decode]
+    for images, label in (("decode", "lewm-lance import"), ("jpeg", "lewm-lance import jpeg")):
+        mine = Figure(label, "episodata", "MB/s")
+        mine.extra["ceiling"] = read.system
+        context.log(f"  W9: importing {source.name} (images={images})")
+        target = context.run_dir / f"lewm-lance-{images}.zarr"
+        try:
+            with context.monitor.phase() as phase:
+                began = time.perf_counter()
+                dataset, _ = import_dataset("lewm", source, target, images=images)
+                seconds = time.perf_counter() - began
+            check_lance(dataset, source, decoded=images == "decode")
+            mine.rate = raw / MB / seconds
+            mine.first_ms = seconds * 1e3
+            mine.rss_peak_mb = phase.peak_mb
+            mine.rss_held_mb = phase.peak_delta_mb
+            mine.disk_mb = disk_bytes(target) / MB
+            mine.extra.update(seconds=seconds, rss_peak_delta_mb=phase.peak_delta_mb)
+            mine.note = "validate='full' decodes each JPEG in the checking pass and again to write"
+            dataset.close()
+        except (MissingDependencyError, ImportError) as err:
+            mine.status = f"not installed: {err}"
+        except Exception as err:  # noqa: BLE001 (reported in the table)
+            mine.status = f"error: {type(err).__name__}: {err}"
+        result.figures.append(mine)
+        result.targets.append(ratio_target(result, label, read.system, 0.5))
+    # what decoding costs at all: the import against a plain read that decodes every JPEG
+    result.targets.append(ratio_target(result, "lewm-lance import", decode.system, 0.5))

@@ -9,7 +9,18 @@ import textwrap
 
 import pytest
 
-HEAVY = ("tensorstore", "zarr", "h5py", "hdf5plugin", "torch", "tensordict", "gymnasium")
+HEAVY = (
+    "tensorstore",
+    "zarr",
+    "h5py",
+    "hdf5plugin",
+    "torch",
+    "tensordict",
+    "gymnasium",
+    "lance",
+    "pyarrow",
+    "PIL",
+)
 
 # Runs in a fresh interpreter: count entry-point reads from the very start, then import.
 PROBE = textwrap.dedent(

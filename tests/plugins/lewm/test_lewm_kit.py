@@ -13,8 +13,11 @@ from tests.fixtures.hdf5_sources import (
     swm_pusht_style,
     swm_tiny,
 )
+from tests.plugins.lewm.swm_recordings import LANCE, lance_expected_import, recording
+from tests.plugins.lewm.test_lewm_lance_bad_input import CASES
 
 from episodata_core.testing import BadSource, ExpectedEpisode, ExpectedImport, ImporterTests
+from episodata_core.testing.importer import HEAVY_MODULES
 from episodata_lewm import LeWMImporter
 
 if TYPE_CHECKING:
@@ -61,4 +64,26 @@ class TestLeWMImporterKit(ImporterTests[LeWMImporter]):
         return [
             BadSource(path, error, re.escape(fragment))
             for path, error, fragment in (swm_bad(directory, case) for case in cases)
+        ]
+
+
+class TestLeWMLanceKit(ImporterTests[LeWMImporter]):
+    """stable-worldmodel's own Lance recordings (both releases) under the kit."""
+
+    importer_cls = LeWMImporter
+    heavy_modules = (*HEAVY_MODULES, "lance", "pyarrow", "PIL")
+
+    def import_cases(self, directory: Path) -> list[tuple[Path, ExpectedImport]]:
+        cases = [(recording(name).path, lance_expected_import(name)) for name in LANCE]
+        # a read budget of one pixel row: every window is a single row of an episode
+        small = lance_expected_import(LANCE[1], read_budget_bytes=3072)
+        return [*cases, (recording(LANCE[1]).path, small)]
+
+    def bad_sources(self, directory: Path) -> list[BadSource]:
+        directory.mkdir(parents=True, exist_ok=True)
+        cases = ("no_episode_idx", "truncated_data_file", "zeroed_jpeg", "fractional_id")
+        made = [(case, *CASES[case]) for case in cases]
+        return [
+            BadSource(make(directory / case), error, re.escape(fragment))
+            for case, make, error, fragment in made
         ]

@@ -7,6 +7,7 @@ then the first write (``_write``). Only ``ep_len`` and ``ep_offset`` are read wh
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from episodata_core.errors import FormatError
 from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
 from episodata_core.transfer import ImportResult
+from episodata_lewm._lance import LanceSource, inspect_lance, is_lance, verify_rows
 from episodata_lewm._layout import build_schema, inspect_file, open_file
 from episodata_lewm._options import select_episodes
 from episodata_lewm._report import LeWMReport
@@ -37,12 +39,17 @@ _MIN_CACHE = 64 << 20
 
 
 class _Prepared:
-    """A checked file: layout, selection, windows and storage facts."""
+    """A checked source: layout, selection, windows and storage facts."""
 
     def __init__(self, handle: Any, path: str, options: LeWMOptions) -> None:
-        self.layout = layout = inspect_file(handle, path, options)
+        self.lance = isinstance(handle, LanceSource)
+        if isinstance(handle, LanceSource):
+            self.layout = layout = inspect_lance(handle, options)
+            self.filters: dict[str, Any] = {}
+        else:
+            self.layout = layout = inspect_file(handle, path, options)
+            self.filters = check_filters(handle, path, list(layout.columns))
         names = list(layout.columns)
-        self.filters = check_filters(handle, path, names)
         self.positions = select_episodes(options.episodes, layout.ep_len.size, path)
         self.offsets = layout.ep_offset[self.positions]
         self.lengths = layout.ep_len[self.positions]
@@ -57,7 +64,7 @@ class _Prepared:
             budget=options.read_budget_bytes,
             chunk_rows=chunk_rows,
         )
-        if options.check_chunks:
+        if options.check_chunks and not self.lance:
             runs = row_runs(self.windows)
             check_chunks(handle, path, names, runs, options.populated_bytes)
         strings = [n for n in layout.roles if layout.columns[n].vlen_string]
@@ -65,31 +72,54 @@ class _Prepared:
         layout.schema = build_schema(layout)
 
 
+def _open(path: str, options: LeWMOptions, cache_bytes: int | None = None) -> Any:
+    """The source at ``path``: a :class:`LanceSource` for a folder, else an h5py file."""
+    if is_lance(path):
+        return LanceSource(path, options)
+    return open_file(path, rdcc_nbytes=cache_bytes)
+
+
 def read_schema(path: str, options: LeWMOptions) -> DatasetSchema:
-    """The schema an import of ``path`` produces; raises on a malformed file."""
-    with open_file(path) as handle:
+    """The schema an import of ``path`` produces; raises on a malformed source."""
+    with _open(path, options) as handle:
         return _Prepared(handle, path, options).layout.schema
 
 
 def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResult:
     """Validate ``path`` completely, then append its selected episodes to ``dataset``."""
-    with open_file(path) as handle:
-        names = list(inspect_file(handle, path, options).columns)
-        cache_bytes = max(_MIN_CACHE, 2 * largest_chunk_bytes(handle, names))
+    cache_bytes = None
+    if not is_lance(path):
+        with open_file(path) as handle:
+            names = list(inspect_file(handle, path, options).columns)
+            cache_bytes = max(_MIN_CACHE, 2 * largest_chunk_bytes(handle, names))
     # reopen with a chunk cache that holds chunks shared by two windows (formats.md §2.9)
-    with open_file(path, rdcc_nbytes=cache_bytes) as handle:
+    with _open(path, options, cache_bytes) as handle:
         prepared = _Prepared(handle, path, options)
         layout = prepared.layout
-        log = WarningLog(repr(path), package="episodata_lewm")
+        noun = "dataset" if prepared.lance else "file"
+        log = WarningLog(repr(path), package="episodata_lewm", noun=noun)
         for code, message, count in layout.warnings:
             log.add(code, message, count)
+        if isinstance(handle, LanceSource) and len(handle.versions) > 1:
+            log.add(
+                "lance_versions",
+                f"the dataset has {len(handle.versions)} versions ({handle.versions[0]} to "
+                f"{handle.versions[-1]}); read version {handle.version}"
+                + (" (the latest)" if handle.version == handle.versions[-1] else "")
+                + "; pass lance_version= to read another",
+            )
         full = options.validate_rows == "full"
         scan = scan_rows(
             handle, layout, prepared.windows, prepared.offsets, prepared.lengths, full=full
         )
         alignment, assumed = _alignment(scan, prepared, options.action_alignment, path)
+        release = _release(scan, prepared, alignment, options.swm_release)
+        if release == "0.1.1":
+            log.add("swm_reset_frame_missing", _RELEASE_0_1_1, int(prepared.positions.size))
         if full:
-            _enforce(scan, prepared, alignment, path, log)
+            _enforce(scan, prepared, alignment, release, path, log)
+        if isinstance(handle, LanceSource):
+            verify_rows(handle, layout, prepared.windows, full=full)
         flags, reasons = _flags(scan, prepared, options.missing_flags)
         log.finish(strict=options.strict)  # the last check before the first write
         write_episodes(
@@ -104,7 +134,51 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
             # what the backend holds while it writes stays small next to the window
             write_bytes=max(1, options.read_budget_bytes // 16),
         )
-    return _result(path, prepared, options, scan, flags, reasons, log, alignment, assumed)
+    result = _result(
+        path, prepared, options, scan, flags, reasons, log, alignment, assumed, release
+    )
+    result.record["source"].update(_lance_source(path, handle, options), swm_release=release)
+    return result
+
+
+_RELEASE_0_1_1 = (
+    "written by stable-worldmodel 0.1.1 (its bug #293): every episode lacks its reset "
+    "frame, so row 0 holds the observation after the first step, its reward is the first "
+    "step's and the last row's action is the first action. Imported as recorded: the reset "
+    "observation, the first action and the first reward are lost, so each episode has one "
+    "transition less than the env stepped. Pass swm_release='fixed' to read it otherwise"
+)
+
+
+def _lance_source(path: str, handle: Any, options: LeWMOptions) -> dict[str, Any]:
+    """What the record's ``source`` says of a Lance folder: bytes and sha256 of its files."""
+    if not isinstance(handle, LanceSource):
+        return {}
+    return {
+        "file": os.path.basename(path.rstrip("/")),
+        "bytes": handle.nbytes,
+        "sha256": handle.sha256() if options.hash_source else None,
+        "container": "lance",
+        "lance_version": handle.version,
+        "lance_versions": len(handle.versions),
+    }
+
+
+def _release(scan: Scan, prepared: _Prepared, alignment: str, option: str) -> str:
+    """``"0.1.1"`` when the rows lack the reset frame, else ``"fixed"``.
+
+    0.1.1 (bug #293) never records the reset row: row 0's reward is a real reward and the
+    last row's action is finite (the first action, rotated). The fixed writer puts NaN in
+    both, and files without a reward column cannot tell.
+    """
+    if option != "auto":
+        return option
+    multi = prepared.lengths > 1
+    if alignment != "out" or "reward" not in prepared.layout.roles or not multi.any():
+        return "fixed"
+    if not scan.reward_row0_nan[multi].any() and scan.last_finite[multi].all():
+        return "0.1.1"
+    return "fixed"
 
 
 def _alignment(scan: Scan, prepared: _Prepared, option: str, path: str) -> tuple[str, bool]:
@@ -130,7 +204,9 @@ def _alignment(scan: Scan, prepared: _Prepared, option: str, path: str) -> tuple
     )
 
 
-def _enforce(scan: Scan, prepared: _Prepared, alignment: str, path: str, log: WarningLog) -> None:
+def _enforce(
+    scan: Scan, prepared: _Prepared, alignment: str, release: str, path: str, log: WarningLog
+) -> None:
     """Rules 6-11 from the pre-pass findings: raise, or log the *warn* items."""
     positions, offsets, lengths = prepared.positions, prepared.offsets, prepared.lengths
     multi = lengths > 1
@@ -155,7 +231,12 @@ def _enforce(scan: Scan, prepared: _Prepared, alignment: str, path: str, log: Wa
         "step_idx": "is not 0, 1, ... within each episode",
         "varies": "changes within an episode (it must be constant per episode)",
     }
-    for kind, bad in scan.bad_rows.items():
+    bad_rows = dict(scan.bad_rows)
+    # 0.1.1 numbers its HDF5 rows from 1 (the first step); its Lance writer renumbers from 0
+    if release == "0.1.1" and "step_idx" in bad_rows and "step_idx+1" not in bad_rows:
+        del bad_rows["step_idx"]
+    bad_rows.pop("step_idx+1", None)
+    for kind, bad in bad_rows.items():
         column = kind.split(" ")[-1]
         shown = ", ".join(
             f"row {r} (episode {_episode_of(r, positions, offsets)})" for r in bad[:5]
@@ -165,7 +246,7 @@ def _enforce(scan: Scan, prepared: _Prepared, alignment: str, path: str, log: Wa
             f"{scan.bad_counts[kind]} row(s), e.g. {shown}. The file is damaged; pass "
             "validate='structure' to import it unchecked"
         )
-    if alignment == "out" and "reward" in prepared.layout.roles:
+    if alignment == "out" and "reward" in prepared.layout.roles and release != "0.1.1":
         count = int((~scan.reward_row0_nan & multi).sum())
         if count:
             log.add(
@@ -206,11 +287,14 @@ def _result(
     log: WarningLog,
     alignment: str,
     assumed: bool,
+    release: str,
 ) -> ImportResult:
     layout, kept = prepared.layout, flags.kept
     total = int(layout.ep_len.size)
     skipped = {"not_selected": total - int(prepared.positions.size), "empty": int((~kept).sum())}
-    dangling = scan.last_finite & kept if alignment == "out" else np.zeros_like(kept)
+    # 0.1.1's finite last-row action is a_1, rotated there by the writer: not a dangling one
+    dangles = alignment == "out" and release != "0.1.1"
+    dangling = scan.last_finite & kept if dangles else np.zeros_like(kept)
     ended, counts = np.unique(reasons[kept], return_counts=True)
     report = LeWMReport(
         rows_read=int(prepared.lengths.sum()),
@@ -242,7 +326,8 @@ def _result(
         "format": "lewm",
         "source": source_record(
             path,
-            hash_source=options.hash_source,
+            # a Lance folder is described by its files once the import is done
+            hash_source=options.hash_source and not prepared.lance,
             flags_present=list(layout.flags),
             reward_present="reward" in layout.roles,
             index_column=layout.index_column,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from episodata_lewm._options import LeWMOptions
 
-__all__ = ["Column", "Layout", "inspect_file", "open_file"]
+__all__ = ["Column", "Layout", "choose_columns", "inspect_file", "open_file"]
 
 EPISODE_KEYS = ("ep_len", "ep_offset")
 FLAG_KEYS = ("terminated", "truncated")
@@ -40,6 +40,8 @@ class Column:
     """Source dtype (``object`` for vlen strings)."""
     vlen_string: bool = False
     image: bool = False
+    encoding: str | None = None
+    """How the source stores the column's rows (``"jpeg"``), when it is not plain values."""
 
     @property
     def row_bytes(self) -> int:
@@ -80,7 +82,9 @@ def open_file(path: str, rdcc_nbytes: int | None = None) -> Any:
     import h5py
 
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r}: no such file; pass the path of an swm .h5 file")
+        raise FileNotFoundError(
+            f"{path!r}: no such file or folder; pass an swm .h5 file or .lance folder"
+        )
     if not h5py.is_hdf5(path):
         raise FormatError(
             f"{path!r} is not an HDF5 file; the lewm importer reads stable-worldmodel / "
@@ -103,7 +107,12 @@ def inspect_file(handle: Any, path: str, options: LeWMOptions) -> Layout:
     """Check rules 1-4 and choose columns, roles and dtypes (headers and ep_* only)."""
     ep_len, ep_offset = _episode_table(handle, path)
     layout = Layout(path, ep_len, ep_offset)
-    available = _row_columns(handle, layout, options)
+    return choose_columns(layout, _row_columns(handle, layout, options), options)
+
+
+def choose_columns(layout: Layout, available: dict[str, Column], options: LeWMOptions) -> Layout:
+    """Roles, flags, index and the columns to read, from the source's ``available`` columns."""
+    path = layout.path
     fields = _select_fields(available, path, options)
     for name in fields:
         role = options.roles.get(name) or _default_role(name, available[name])
@@ -229,7 +238,8 @@ def _select_fields(available: dict[str, Column], path: str, options: LeWMOptions
 def _default_role(name: str, column: Column) -> str:
     if name in ("action", "reward"):
         return name
-    if name in _OBSERVATION_NAMES or name.startswith("proprio") or column.image:
+    image = column.image or column.encoding is not None
+    if name in _OBSERVATION_NAMES or name.startswith("proprio") or image:
         return "observation"
     return "info"
 
@@ -268,6 +278,10 @@ def build_schema(layout: Layout) -> DatasetSchema:
             extra: dict[str, Any] = {}
             if column.image:
                 extra = {"layout": "HWC", "low": 0, "high": 255}
+            if column.encoding is not None:
+                # decoded pixels went through a lossy codec; encoded bytes are kept as they are
+                kept = "encoded" if not column.image else "decoded"
+                extra["metadata"] = {"source_encoding": column.encoding, "stored": kept}
             specs.append(FieldSpec(name, shape=column.shape, dtype=dtype, role=role, **extra))
     try:
         return DatasetSchema(specs)

@@ -8,9 +8,14 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["EpisodeSlice", "LeWMOptions", "select_episodes"]
+__all__ = ["LANCE_INTEGER_COLUMNS", "EpisodeSlice", "LeWMOptions", "select_episodes"]
 
 Role = Literal["observation", "action", "reward", "info"]
+IntegerDtype = Literal[
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
+]
+#: float32 columns of swm's Lance writer that hold integers in the env (its HDF5 dtypes)
+LANCE_INTEGER_COLUMNS: dict[str, IntegerDtype] = {"id": "int64", "n_contacts": "int64"}
 _CONSUMED = ("action", "terminated", "truncated", "ep_len", "ep_offset")
 
 
@@ -25,7 +30,7 @@ class EpisodeSlice(BaseModel):
 
 
 class LeWMOptions(BaseModel):
-    """How to read a stable-worldmodel / LeWorldModel HDF5 file (formats.md §2.7).
+    """How to read a stable-worldmodel / LeWorldModel HDF5 file or Lance dataset (§2.7).
 
     The option ``validate`` is stored as ``validate_rows``, since pydantic models own a
     ``validate`` attribute; it is accepted and written back under its option name.
@@ -76,6 +81,24 @@ class LeWMOptions(BaseModel):
         default="full",
         alias="validate",
         description="'full' runs rules 1-11 of formats.md §2.8; 'structure' rules 1-5.",
+    )
+    swm_release: Literal["auto", "0.1.1", "fixed"] = Field(
+        default="auto",
+        description="'0.1.1': files without the reset row (stable-worldmodel 0.1.1, its bug "
+        "#293); 'fixed': every episode starts at its reset; 'auto' tells them apart.",
+    )
+    images: Literal["decode", "jpeg"] = Field(
+        default="decode",
+        description="Lance only: JPEG image columns become uint8 [H, W, C] ('decode', lossy "
+        "against the recorded frames) or keep their encoded bytes ('jpeg', dtype S<w>).",
+    )
+    column_dtypes: dict[str, IntegerDtype] = Field(
+        default_factory=lambda: dict(LANCE_INTEGER_COLUMNS),
+        description="Lance only: float32 columns that hold integers, and the dtype they "
+        "become; every value must be integral. Replaces the default {id, n_contacts: int64}.",
+    )
+    lance_version: int | None = Field(
+        default=None, ge=1, description="Lance only: the dataset version to read (the latest)."
     )
     strict: bool = Field(default=False, description="Turn every warning into a FormatError.")
     hash_source: bool = Field(

@@ -39,7 +39,8 @@ class Scan:
     inner_nan_count: int = 0
     bad_rows: dict[str, list[int]] = field(default_factory=dict)
     """Rule violations by kind: ``"flag values <col>"``, ``"inner <col>"``, ``"step_idx"``,
-    ``"varies <col>"``; up to 5 global rows each, counted in ``bad_counts``."""
+    ``"varies <col>"``, and ``"step_idx+1"`` (not numbered from 1, as 0.1.1 does); up to 5
+    global rows each, counted in ``bad_counts``."""
     bad_counts: dict[str, int] = field(default_factory=dict)
     non_finite: dict[str, int] = field(default_factory=dict)
 
@@ -141,6 +142,9 @@ def scan_rows(
         if full and "step_idx" in layout.roles:
             values = _read(handle, "step_idx", a, b).reshape(b - a, -1)
             scan.bad("step_idx", a + np.flatnonzero((values != local[:, None]).any(axis=1)))
+            # stable-worldmodel 0.1.1 numbers its rows from the first step (no reset row)
+            from_one = (values != local[:, None] + 1).any(axis=1)
+            scan.bad("step_idx+1", a + np.flatnonzero(from_one))
         for name in finite:
             values = _read(handle, name, a, b)
             count = int(values.size - np.count_nonzero(np.isfinite(values)))
