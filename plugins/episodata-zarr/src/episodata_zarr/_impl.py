@@ -20,6 +20,7 @@ from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.location import inside, write_json_atomic
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
+from episodata_zarr._disk import remove_leftovers
 from episodata_zarr._layout import (
     COMMIT_NAME,
     FORMAT,
@@ -96,6 +97,10 @@ class ZarrStore:
             {
                 "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
                 "file_io_sync": self.options.fsync,
+                # one writer holds our own lock; TensorStore's own locking would write
+                # each key through a reused <key>.__lock that a killed writer leaves
+                # half-written, and the next writer fills without truncating it (see _disk)
+                "file_io_locking": {"mode": "none"},
             }
         )
 
@@ -295,6 +300,7 @@ class ZarrStore:
     def recover(self) -> None:
         """Load flushed ongoing episodes into memory and drop what no commit covers."""
         record = self.record
+        remove_leftovers(self.folder)  # TensorStore's temporaries of a killed writer
         for episode, ongoing in sorted(record.ongoing.items()):
             present = self.present_keys(episode)
             rows: dict[str, npt.NDArray[Any]] = {}
@@ -492,9 +498,3 @@ class ZarrStore:
         self.spills.clear()
         self.ongoing.clear()
         self.index_store = None
-
-
-def _expand(store: Any, rows: int) -> Any:
-    """A future of ``store`` grown to ``rows`` rows; only its zarr.json is rewritten."""
-    bounds = [rows, *[None] * (store.rank - 1)]
-    return store.resize(exclusive_max=bounds, resize_metadata_only=True, expand_only=True)

@@ -1,0 +1,95 @@
+"""What a killed writer leaves behind (TensorStore's ``*.__lock`` files) is never trusted.
+
+TensorStore's file kvstore writes a key through a temporary file that it renames over
+the key. In its default locking mode the temporary is ``<key>.__lock``, which a killed
+writer leaves behind and the next writer used to fill without truncating it (issue 12).
+Two defences, each tested alone here: TensorStore's locking is off in our contexts (the
+temporary is then unique per write), and a writable open removes every leftover.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tensorstore as ts
+from _zarr_helpers import check_episode, make_backend, open_backend, rows_of
+
+from episodata_core.testing import example_schema
+
+
+def _stale_locks(folder: Path) -> list[Path]:
+    """A file of zeros larger than the key at ``<key>.__lock``, for every chunk and zarr.json."""
+    planted = []
+    for file in sorted(folder.rglob("*")):
+        if file.is_file() and (file.name == "zarr.json" or "c" in file.relative_to(folder).parts):
+            lock = file.with_name(file.name + ".__lock")
+            lock.write_bytes(bytes(4 * file.stat().st_size + 4096))
+            planted.append(lock)
+    return planted
+
+
+def test_a_stale_lock_file_does_not_damage_the_next_commit(tmp_path: Path) -> None:
+    # the reproduction of issue 12, without any kill
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    writer.close()
+    assert (folder / "data" / "observation" / "state" / "c" / "0" / "0.__lock") in _stale_locks(
+        folder
+    )
+    backend = open_backend(folder, writable=True)
+    backend.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
+    backend.close()
+    reader = open_backend(folder)
+    check_episode(reader, 0)
+    check_episode(reader, 1)
+    assert reader.verify() == []
+    reader.close()
+
+
+def test_our_tensorstore_context_alone_ignores_a_stale_lock(tmp_path: Path) -> None:
+    # defence (a) without (b): an array written through the backend's own context, with
+    # no writable open (which would remove the stale file) in between
+    backend = make_backend(tmp_path / "ds")
+    store = backend._store
+    path = "data/observation/state"
+    array = ts.open(store.spec(path), context=store.new_context()).result()
+    values = np.arange(12, dtype=np.float32).reshape(4, 3)
+    array = array.resize(exclusive_max=[4, None], resize_metadata_only=True).result()
+    array[:4].write(values).result()
+    chunk = tmp_path / "ds" / path / "c" / "0" / "0"
+    stale = chunk.with_name("0.__lock")
+    stale.write_bytes(bytes(4 * chunk.stat().st_size))
+    array[:2].write(values[:2] + 1).result()
+    fresh = ts.open(store.spec(path), context=ts.Context()).result()
+    np.testing.assert_array_equal(fresh[:4].read().result(), np.vstack([values[:2] + 1, values[2:]]))
+    assert stale.read_bytes() == bytes(len(stale.read_bytes()))  # not even opened for writing
+    backend.close()
+
+
+def test_a_writable_open_removes_every_leftover(tmp_path: Path) -> None:
+    # defence (b): whatever the locking mode that left them (<key>.__lock, and the
+    # <key>_<hex>.__lock of locking mode "none"), anywhere in the folder
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    writer.start_episode(rows_of(schema, 1))
+    writer.flush()
+    writer._store.closed = True  # a crash: the spill of episode 1 stays
+    planted = _stale_locks(folder)
+    chunk = folder / "index" / "episodes" / "c" / "0" / "0"
+    planted.append(chunk.with_name("0_3f9a0c21b7e4d615.__lock"))
+    planted[-1].write_bytes(b"half a chunk")
+    assert any("ongoing" in p.parts for p in planted)
+    reader = open_backend(folder)  # a reader changes no file
+    reader.close()
+    assert all(p.exists() for p in planted)
+    backend = open_backend(folder, writable=True)
+    assert sorted(folder.rglob("*.__lock")) == []
+    check_episode(backend, 0)
+    check_episode(backend, 1)
+    assert backend.verify() == []
+    backend.close()
