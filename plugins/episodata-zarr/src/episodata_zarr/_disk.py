@@ -1,4 +1,4 @@
-"""The bytes on disk: what dead writers left behind.
+"""The bytes on disk, not TensorStore's cache: dead writers' leftovers, chunks a commit rewrites.
 
 TensorStore's file kvstore writes a key by filling a temporary file next to it and renaming
 that over the key. In its default locking mode the temporary is ``<key>.__lock``, which
@@ -8,17 +8,30 @@ contexts turn TensorStore's locking off (``ZarrStore.new_context``: one writer h
 own lock), so the temporary becomes ``<key>_<random hex>.__lock``, never reused; and a
 writable open removes every ``*.__lock`` left by a dead writer (storage-engine.md,
 promise 4: nothing a dead writer left is trusted).
+
+A write into a chunk that holds committed rows makes TensorStore read that chunk, merge
+the new rows in and write it back. A chunk that is missing reads as fill values there,
+so the committed rows would become zeros inside a valid chunk: :class:`ChunkGuard`
+checks every such chunk before a commit writes anything.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from episodata_core.errors import EpisodataError, IntegrityError
+from episodata_zarr._layout import INDEX_PATH
+from episodata_zarr._reads import result
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
-__all__ = ["remove_leftovers"]
+    from episodata_zarr._impl import ZarrStore
+
+__all__ = ["ChunkGuard", "chunk_file", "open_uncached", "remove_leftovers"]
 
 LOCK_SUFFIX = ".__lock"
 """Suffix of TensorStore's temporaries: ``<key>.__lock`` and ``<key>_<hex>.__lock``."""
@@ -37,3 +50,189 @@ def remove_leftovers(folder: Path) -> int:
                 os.unlink(os.path.join(root, name))
                 removed += 1
     return removed
+
+
+def open_uncached(store: ZarrStore, paths: Iterable[str]) -> dict[str, Any]:
+    """Fresh handles of the arrays at ``paths`` whose reads go to the disk, or errors.
+
+    They share a context without a cache pool, so nothing the writer cached answers for
+    the files. A path that cannot be opened maps to the :class:`EpisodataError` saying why.
+    """
+    import tensorstore as ts
+
+    context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+    futures = {path: ts.open(store.spec(path), context=context) for path in paths}
+    handles: dict[str, Any] = {}
+    for path, future in futures.items():
+        try:
+            handles[path] = result(future, f"cannot open {store.folder / path}")
+        except EpisodataError as err:
+            handles[path] = err
+    return handles
+
+
+def chunk_file(store: ZarrStore, path: str, handle: Any, row: int) -> Path:
+    """The file holding ``row`` of the array at ``path``: its chunk, or its shard if sharded."""
+    rows = int(handle.chunk_layout.write_chunk.shape[0])
+    # default chunk key encoding: c/<row chunk>/0/... (every other axis has one chunk)
+    return store.folder / path / "c" / "/".join([str(row // rows)] + ["0"] * (handle.rank - 1))
+
+
+@dataclass(frozen=True)
+class _Write:
+    """Rows ``[start, stop)`` of the array at ``path`` that a commit writes."""
+
+    what: str  # for messages: "field 'observation/state'"
+    path: str
+    handle: Any  # for the chunk shape: a spill array has its data array's chunks
+    committed: int  # rows of the array that the commit record covers
+    start: int
+    stop: int
+
+    def chunks(self) -> range:
+        """The numbers of the chunks (shards if sharded) the write touches."""
+        width = int(self.handle.chunk_layout.write_chunk.shape[0])
+        return range(self.start // width, (self.stop - 1) // width + 1)
+
+    def committed_chunks(self) -> list[tuple[int, int, int]]:
+        """``(chunk, lo, hi)`` of each touched chunk that holds committed rows ``[lo, hi)``."""
+        width = int(self.handle.chunk_layout.write_chunk.shape[0])
+        return [
+            (c, c * width, min((c + 1) * width, self.committed))
+            for c in self.chunks()
+            if c * width < self.committed
+        ]
+
+
+def _writes(
+    store: ZarrStore, rows: int, entries: Iterable[int], spills: Iterable[tuple[int, int]]
+) -> list[_Write]:
+    """What a commit writes: data rows up to ``rows``, index ``entries``, spill rows.
+
+    ``spills`` holds ``(episode, rows)``: its spill arrays grow from their flushed rows
+    to ``rows``.
+    """
+    record = store.record
+    writes: list[_Write] = []
+    if rows > record.rows:
+        for key, layout in store.layouts.items():
+            # every field gets rows, absent optional ones zeros
+            handle = store.data[key]
+            writes.append(
+                _Write(f"field {key!r}", layout.path, handle, record.rows, record.rows, rows)
+            )
+    for entry in sorted(set(entries)):
+        index = store.index_store
+        writes.append(_Write("the index", INDEX_PATH, index, record.episodes, entry, entry + 1))
+    for episode, stop in spills:
+        state = store.ongoing[episode]
+        for key in state.buffers:
+            what = f"ongoing episode {episode}, field {key!r}"
+            path = store.layouts[key].spill_path(episode)
+            writes.append(_Write(what, path, store.data[key], state.durable, state.durable, stop))
+    return writes
+
+
+def _signature(file: Path) -> tuple[int, int, int] | None:
+    try:
+        status = os.stat(file)
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_size, status.st_mtime_ns
+
+
+class ChunkGuard:
+    """Refuses a commit that would rewrite a committed chunk that is missing or damaged.
+
+    It remembers the file identity (inode, size, mtime) of each chunk that a next commit
+    may rewrite, as this writer left it. A chunk found as it was left costs one ``stat``;
+    any other (at the first commit after an open, or a file someone changed) is read
+    from the disk and decoded, which the chunks' CRC-32C codec makes a check of every byte.
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[Path, tuple[int, int, int]] = {}
+        self.written: set[tuple[str, int]] = set()  # (array, chunk) the commit writes
+
+    def check(
+        self,
+        store: ZarrStore,
+        *,
+        rows: int,
+        entries: Iterable[int],
+        spills: Iterable[tuple[int, int]],
+    ) -> None:
+        """Refuse (:class:`IntegrityError`) a commit that would rewrite a damaged chunk.
+
+        Called before the commit writes anything. ``rows``: the data rows after the
+        commit; ``entries``: the index entries it writes; ``spills``: ``(episode, rows)``
+        of the spill arrays it appends to.
+        """
+        writes = _writes(store, rows, entries, spills)
+        self.written = {(w.path, c) for w in writes for c in w.chunks()}
+        unknown: list[tuple[_Write, int, int, Path, tuple[int, int, int]]] = []
+        for write in writes:
+            for _, lo, hi in write.committed_chunks():
+                file = chunk_file(store, write.path, write.handle, lo)
+                signature = _signature(file)
+                if signature is None:
+                    raise _refusal(store, write, file, lo, hi, "is missing")
+                if self.known.get(file) != signature:
+                    unknown.append((write, lo, hi, file, signature))
+        if not unknown:
+            return
+        handles = open_uncached(store, {write.path for write, *_ in unknown})
+        reads = []
+        for write, lo, hi, file, signature in unknown:
+            handle = handles[write.path]
+            if isinstance(handle, EpisodataError):
+                raise _refusal(store, write, file, lo, hi, "cannot be checked", handle)
+            reads.append((write, lo, hi, file, signature, handle[lo:hi].read()))
+        for write, lo, hi, file, signature, future in reads:
+            try:
+                result(future, "read")
+            except EpisodataError as err:
+                raise _refusal(store, write, file, lo, hi, "is damaged", err) from err
+            self.known[file] = signature
+
+    def remember(self, store: ZarrStore) -> None:
+        """After a commit: note the chunks a next commit may rewrite, as they are now.
+
+        Trusted are those this commit wrote and those unchanged since they were checked.
+        """
+        ongoing = sorted(store.ongoing)
+        nexts = _writes(
+            store,
+            store.record.rows + 1,
+            [store.record.episodes, *ongoing],
+            [(e, store.ongoing[e].durable + 1) for e in ongoing if store.ongoing[e].durable],
+        )
+        known = {}  # only these: bounded, however many chunks were ever written
+        for write in nexts:
+            for chunk, lo, _ in write.committed_chunks():
+                file = chunk_file(store, write.path, write.handle, lo)
+                signature = _signature(file)
+                if signature is not None and (
+                    (write.path, chunk) in self.written or self.known.get(file) == signature
+                ):
+                    known[file] = signature
+        self.known, self.written = known, set()
+
+
+def _refusal(
+    store: ZarrStore,
+    write: _Write,
+    file: Path,
+    lo: int,
+    hi: int,
+    problem: str,
+    cause: EpisodataError | None = None,
+) -> IntegrityError:
+    # TensorStore would merge the new rows into the chunk as it reads it: a missing one
+    # as zeros, a damaged one not at all, after the other fields were written
+    return IntegrityError(
+        f"{write.what}: chunk {file} holds the committed rows {lo}-{hi} of {write.path} "
+        f"but {problem}; the write was refused before anything was written. Run "
+        f"`episodata verify {store.folder}` to list the damaged episodes, and restore "
+        "the file from a copy of the dataset" + (f" ({cause})" if cause else "")
+    )

@@ -20,7 +20,7 @@ from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.location import inside, write_json_atomic
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
-from episodata_zarr._disk import remove_leftovers
+from episodata_zarr._disk import ChunkGuard, remove_leftovers
 from episodata_zarr._layout import (
     COMMIT_NAME,
     FORMAT,
@@ -85,6 +85,7 @@ class ZarrStore:
         self.spills: dict[tuple[int, str], Any] = {}
         self.documents: dict[str, dict[str, Any]] = {}  # data arrays' zarr.json, for spills
         self.garbage: set[int] = set()  # spill folders of finalized episodes
+        self.guard = ChunkGuard()  # what commits may rewrite, as this writer left it
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
         self.closed = False
