@@ -182,3 +182,29 @@ def test_no_read_turns_a_missing_committed_chunk_into_zeros(
     check_episode(reader, 3)  # the chunks that are there still read
     reader.close()
 
+
+@pytest.mark.parametrize("how", ["deleted", "flipped"])
+@pytest.mark.parametrize(
+    "chunk",
+    [_STATE / "c/0/0", Path("index/episodes/c/0/0"), Path("ongoing/3/observation/state/c/0/0")],
+    ids=["data", "index", "spill"],
+)
+def test_verify_in_the_writing_process_reads_the_disk(
+    tmp_path: Path, how: str, chunk: Path
+) -> None:
+    # issue 12, item 11: the writer's TensorStore cache holds every chunk as written
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    backend = make_backend(folder)
+    for episode in range(3):
+        backend.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
+    backend.start_episode(rows_of(schema, 3))
+    backend.flush()
+    for episode in range(4):
+        check_episode(backend, episode)
+    assert backend.verify() == []
+    _damage(folder / chunk, how)
+    problems = backend.verify()
+    assert len(problems) == 1, problems
+    assert str(folder / chunk) in problems[0]
+    backend._store.closed = True
