@@ -1,19 +1,24 @@
 """Kill chains: one Zarr dataset, a writer process SIGKILLed again and again.
 
 Each round starts a writer process on the same folder; it resumes the ongoing episodes
-it recovers, then appends episodes of very different lengths (so that after a kill the
-next write of a chunk is often shorter than the one that was cut off), some whole, some
-step by step with flushes, and prints the id of each episode once its finalizing call
-returned. It is killed at a random instant (sometimes while it starts up and recovers).
-Then this process reopens the folder, checks that every episode reported finalized
-reads back bit-identical to :func:`chain_rows` (an independent oracle: the rows follow
-from the episode id), that ``verify`` is clean, and appends one episode itself.
+it recovers, then appends episodes of very different lengths, some whole, some step by
+step with flushes, and reports each episode once its finalizing call returned. It is
+killed at a random instant (sometimes while it starts up and recovers). Then this
+process reopens the folder, checks that every episode reported finalized reads back
+bit-identical to :func:`chain_rows` (an independent oracle: the rows follow from the
+episode id and the round that wrote it), that flushed ongoing episodes hold a prefix of
+theirs, that ``verify`` is clean, and appends one episode itself.
+
+Each round writes other rows under the same ids (the rows depend on the round), so the
+write that replaces one cut off by a kill is usually of another size: a stale tail of
+the killed write (issue 12) then shows.
 
 Only NumPy and episodata-zarr are imported here, so a writer process starts quickly.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -40,9 +45,9 @@ OPTIONS: dict[str, Any] = {"chunk_bytes": 8 << 10}
 _LENGTHS = (1, 3, 12, 40, 150, 400)
 
 
-def chain_rows(episode: int) -> dict[str, Any]:
-    """The rows of episode ``episode`` of a chain; incompressible, so sizes follow lengths."""
-    rng = np.random.default_rng([episode, 17])
+def chain_rows(episode: int, variant: int) -> dict[str, Any]:
+    """The rows of episode ``episode`` written by round ``variant`` (incompressible)."""
+    rng = np.random.default_rng([episode, variant, 17])
     count = 1 + int(rng.choice(_LENGTHS))
     rows = {
         "observation/state": rng.standard_normal((count, 4), dtype=np.float32),
@@ -54,8 +59,9 @@ def chain_rows(episode: int) -> dict[str, Any]:
     return rows
 
 
+# argv: tests folder, dataset, seed, this round's variant, JSON {ongoing id: its variant}
 _WRITER = """
-import sys
+import json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 from _chain import chain_rows
@@ -63,21 +69,24 @@ from episodata_zarr import ZarrBackend, ZarrOptions
 
 backend = ZarrBackend.open(sys.argv[2], ZarrOptions(), writable=True)
 rng = np.random.default_rng(int(sys.argv[3]))
+variant, started = int(sys.argv[4]), json.loads(sys.argv[5])
 table = backend.episode_table()
 for episode in np.flatnonzero(table.ongoing).tolist():
-    rows, done = chain_rows(episode), int(table.length[episode]) + 1
+    old = started[str(episode)]
+    rows, done = chain_rows(episode, old), int(table.length[episode]) + 1
     if done < len(rows["reward/reward"]):
         backend.append_rows(episode, {k: v[done:] for k, v in rows.items()})
     backend.finalize_episode(episode, terminated=True, truncated=False)
-    print(episode, flush=True)
+    print("final", episode, old, flush=True)
 print("ready", flush=True)
 while True:
     episode = len(backend.episode_table())
-    rows = chain_rows(episode)
+    rows = chain_rows(episode, variant)
     count = len(rows["reward/reward"])
     if rng.random() < 0.7:
         backend.add_episode(rows, terminated=True, truncated=False)
     else:
+        print("start", episode, variant, flush=True)  # before: a flush may outlive us
         backend.start_episode({k: v[:1] for k, v in rows.items()})
         done = 1
         while done < count:
@@ -87,7 +96,7 @@ while True:
             if rng.random() < 0.5:
                 backend.flush()
         backend.finalize_episode(episode, terminated=True, truncated=False)
-    print(episode, flush=True)
+    print("final", episode, variant, flush=True)
 """
 
 
@@ -97,12 +106,13 @@ class ChainReport:
 
     kills: int = 0
     checked: int = 0  # episodes compared, summed over rounds
-    finalized: set[int] = field(default_factory=set)  # reported finalized
+    finalized: dict[int, int] = field(default_factory=dict)  # reported finalized: variant
+    started: dict[int, int] = field(default_factory=dict)  # episode -> variant, ongoing ones
     lost: list[str] = field(default_factory=list)
     reopen_failures: list[str] = field(default_factory=list)
 
 
-def _check(folder: Path, finalized: set[int], report: ChainReport) -> None:
+def _check(folder: Path, report: ChainReport) -> None:
     """Reopen (read-only, then writable), compare every reported episode, append one."""
     try:
         reader = ZarrBackend.open(str(folder), ZarrOptions(), writable=False)
@@ -115,27 +125,35 @@ def _check(folder: Path, finalized: set[int], report: ChainReport) -> None:
     try:
         table = backend.episode_table()
         assert len(table) == seen, "the writable open sees other episodes than a reader"
-        for episode in sorted(finalized):
-            expected = chain_rows(episode)
-            report.checked += 1
+        ongoing = {int(e) for e in np.flatnonzero(table.ongoing)}
+        for episode in sorted(set(report.finalized) | ongoing):
             where = f"after kill {report.kills}: episode {episode}"
-            if episode >= len(table) or table.ongoing[episode]:
-                report.lost.append(f"{where}: missing or not finalized")
+            report.checked += 1
+            if episode >= len(table) or (episode in report.finalized and episode in ongoing):
+                report.lost.append(f"{where}: reported finalized, but missing or ongoing")
+                continue
+            variant = report.finalized.get(episode, report.started.get(episode))
+            if variant is None:
+                report.lost.append(f"{where}: an ongoing episode no writer started")
+                continue
+            expected = chain_rows(episode, variant)
+            count = int(table.length[episode]) + 1
+            if episode not in ongoing and count != len(expected["reward/reward"]):
+                report.lost.append(f"{where}: {count} rows instead of all")
                 continue
             try:
-                count = int(table.length[episode]) + 1
                 stored = backend.read_rows(episode, 0, count, list(expected))
             except Exception as err:  # noqa: BLE001 - a failed read is a lost episode
                 report.lost.append(f"{where}: {err}")
                 continue
-            if any(not np.array_equal(stored[k], v) for k, v in expected.items()):
-                report.lost.append(f"{where}: reads back different rows")
+            if any(not np.array_equal(stored[k], v[:count]) for k, v in expected.items()):
+                report.lost.append(f"{where}: reads back other rows")
         problems = backend.verify()
         if problems:
             report.lost.append(f"after kill {report.kills}: verify: {problems[:3]}")
         episode = len(table)
-        backend.add_episode(chain_rows(episode), terminated=True, truncated=False)
-        finalized.add(episode)
+        backend.add_episode(chain_rows(episode, 0), terminated=True, truncated=False)
+        report.finalized[episode] = 0
     finally:
         backend.close()
 
@@ -147,9 +165,13 @@ def run_chain(folder: Path, kills: int, seed: int, **options: Any) -> ChainRepor
     report = ChainReport()
     here = str(Path(__file__).parent)
     for kill in range(kills):
+        started = json.dumps(report.started)
+        variant = kill + 1  # the parent's own episodes are variant 0
         command = [sys.executable, "-c", _WRITER, here, str(folder), str(seed * 1000 + kill)]
         lines: list[str] = []
-        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        with subprocess.Popen(
+            [*command, str(variant), started], stdout=subprocess.PIPE, text=True
+        ) as process:
             assert process.stdout is not None
             if rng.random() < 0.2:
                 # anywhere from start-up through recovery to the first commits
@@ -159,8 +181,13 @@ def run_chain(folder: Path, kills: int, seed: int, **options: Any) -> ChainRepor
                     lines.append(line)
                 time.sleep(float(rng.uniform(0.02, 0.6)))
             process.send_signal(signal.SIGKILL)
-            lines += process.communicate()[0].split()
+            lines += process.communicate()[0].splitlines()
         report.kills += 1
-        report.finalized |= {int(line) for line in lines if line.strip().isdigit()}
-        _check(folder, report.finalized, report)
+        for line in lines:
+            match line.split():
+                case ["final", episode, variant_of]:
+                    report.finalized[int(episode)] = int(variant_of)
+                case ["start", episode, variant_of]:
+                    report.started[int(episode)] = int(variant_of)
+        _check(folder, report)
     return report

@@ -9,7 +9,8 @@ temporary is then unique per write), and a writable open removes every leftover.
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorstore as ts
@@ -17,12 +18,21 @@ from _zarr_helpers import check_episode, make_backend, open_backend, rows_of
 
 from episodata_core.testing import example_schema
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 def _stale_locks(folder: Path) -> list[Path]:
-    """A file of zeros larger than the key at ``<key>.__lock``, for every chunk and zarr.json."""
+    """A file of zeros larger than the key at ``<key>.__lock``, for every key TensorStore wrote.
+
+    Those are the chunks and the arrays' zarr.json (groups' are written without it).
+    """
     planted = []
     for file in sorted(folder.rglob("*")):
-        if file.is_file() and (file.name == "zarr.json" or "c" in file.relative_to(folder).parts):
+        chunk = "c" in file.relative_to(folder).parts
+        if file.is_file() and (
+            chunk or (file.name == "zarr.json" and b'"array"' in file.read_bytes())
+        ):
             lock = file.with_name(file.name + ".__lock")
             lock.write_bytes(bytes(4 * file.stat().st_size + 4096))
             planted.append(lock)
@@ -64,21 +74,28 @@ def test_our_tensorstore_context_alone_ignores_a_stale_lock(tmp_path: Path) -> N
     stale.write_bytes(bytes(4 * chunk.stat().st_size))
     array[:2].write(values[:2] + 1).result()
     fresh = ts.open(store.spec(path), context=ts.Context()).result()
-    np.testing.assert_array_equal(fresh[:4].read().result(), np.vstack([values[:2] + 1, values[2:]]))
+    np.testing.assert_array_equal(
+        fresh[:4].read().result(), np.vstack([values[:2] + 1, values[2:]])
+    )
     assert stale.read_bytes() == bytes(len(stale.read_bytes()))  # not even opened for writing
     backend.close()
 
 
-def test_a_writable_open_removes_every_leftover(tmp_path: Path) -> None:
+def test_a_writable_open_removes_the_leftovers_of_a_dead_writer(tmp_path: Path) -> None:
     # defence (b): whatever the locking mode that left them (<key>.__lock, and the
-    # <key>_<hex>.__lock of locking mode "none"), anywhere in the folder
+    # <key>_<hex>.__lock of locking mode "none"), wherever a writer writes: array
+    # metadata, chunks from the last committed row on, the index, spill arrays
     schema = example_schema()
     folder = tmp_path / "ds"
-    writer = make_backend(folder)
-    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
-    writer.start_episode(rows_of(schema, 1))
+    writer = make_backend(folder, chunk_bytes=48)
+    for episode in range(3):
+        writer.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
+    writer.start_episode(rows_of(schema, 3))
     writer.flush()
-    writer._store.closed = True  # a crash: the spill of episode 1 stays
+    committed = (folder / "commit.json").read_bytes()
+    writer.add_episode(rows_of(schema, 4), terminated=True, truncated=False)
+    writer._store.closed = True  # a crash before the last commit record landed
+    (folder / "commit.json").write_bytes(committed)
     planted = _stale_locks(folder)
     chunk = folder / "index" / "episodes" / "c" / "0" / "0"
     planted.append(chunk.with_name("0_3f9a0c21b7e4d615.__lock"))
@@ -88,8 +105,19 @@ def test_a_writable_open_removes_every_leftover(tmp_path: Path) -> None:
     reader.close()
     assert all(p.exists() for p in planted)
     backend = open_backend(folder, writable=True)
-    assert sorted(folder.rglob("*.__lock")) == []
-    check_episode(backend, 0)
-    check_episode(backend, 1)
-    assert backend.verify() == []
+    rows = sum(len(rows_of(schema, e)["observation/state"]) for e in range(3))
+    for lock in folder.rglob("*.__lock"):
+        # left only in chunks that hold committed rows alone: no writer writes them again
+        parts = lock.relative_to(folder).parts
+        array = folder.joinpath(*parts[: parts.index("c")])
+        width = json.loads((array / "zarr.json").read_bytes())["chunk_grid"]["configuration"]
+        chunk_rows = width["chunk_shape"][0]
+        assert parts[0] == "data"
+        assert (int(parts[parts.index("c") + 1]) + 1) * chunk_rows <= rows, lock
+    assert backend.add_episode(rows_of(schema, 4), terminated=True, truncated=False) == 4
     backend.close()
+    reader = open_backend(folder)
+    for episode in range(5):
+        check_episode(reader, episode)
+    assert reader.verify() == []
+    reader.close()

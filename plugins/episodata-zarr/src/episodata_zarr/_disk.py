@@ -6,7 +6,7 @@ a killed writer leaves behind and the next writer reuses *without truncating it*
 then holds the new bytes plus a stale tail, and every episode in that chunk is lost. Our
 contexts turn TensorStore's locking off (``ZarrStore.new_context``: one writer holds our
 own lock), so the temporary becomes ``<key>_<random hex>.__lock``, never reused; and a
-writable open removes every ``*.__lock`` left by a dead writer (storage-engine.md,
+writable open removes the ``*.__lock`` files a dead writer left (storage-engine.md,
 promise 4: nothing a dead writer left is trusted).
 
 A write into a chunk that holds committed rows makes TensorStore read that chunk, merge
@@ -37,18 +37,44 @@ LOCK_SUFFIX = ".__lock"
 """Suffix of TensorStore's temporaries: ``<key>.__lock`` and ``<key>_<hex>.__lock``."""
 
 
-def remove_leftovers(folder: Path) -> int:
-    """Remove every TensorStore temporary under ``folder``; returns how many.
+def remove_leftovers(store: ZarrStore) -> int:
+    """Remove TensorStore's temporaries wherever a dead writer can have left them.
 
-    Only a writable open calls this, under the writer lock, so no live writer owns one.
+    A commit writes array metadata, the chunks of each data array from the one that
+    holds the last committed row up to the array's shape (it grows the metadata before
+    writing rows), the index chunks of new and ongoing entries, and spill arrays. Older
+    chunks are never written again: a leftover there would never be used, and looking
+    costs ~70 us per chunk folder (seconds for a large dataset). Only a writable open
+    calls this, before it trims the arrays, under the writer lock (so no live writer
+    owns one). Returns how many files it removed.
     """
+    record = store.record
+    places = [(layout.path, store.data[key], record.rows) for key, layout in store.layouts.items()]
+    places.append((INDEX_PATH, store.index_store, min([record.episodes, *record.ongoing])))
+    removed = _remove_under(store.folder / "ongoing")  # spill arrays: few, all of them
+    for path, handle, first in places:
+        folder = store.folder / path
+        removed += _remove_under(folder, depth=0)  # zarr.json's
+        width = int(handle.chunk_layout.write_chunk.shape[0])
+        if handle.rank == 1:  # chunks are files in c/, their temporaries too
+            removed += _remove_under(folder / "c", depth=0)
+            continue
+        for chunk in range(first // width, -(-int(handle.shape[0]) // width)):
+            removed += _remove_under(folder / "c" / str(chunk))
+    return removed
+
+
+def _remove_under(folder: Path, depth: int | None = None) -> int:
+    """Remove the ``*.__lock`` files in ``folder`` (and ``depth`` levels below; None: all)."""
     removed = 0
     # os.walk does not follow symlinks: nothing outside the dataset is touched
-    for root, _, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder):
         for name in files:
             if name.endswith(LOCK_SUFFIX):
                 os.unlink(os.path.join(root, name))
                 removed += 1
+        if depth is not None and root.count(os.sep) - str(folder).count(os.sep) >= depth:
+            dirs.clear()
     return removed
 
 

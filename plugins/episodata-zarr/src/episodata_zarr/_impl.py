@@ -301,7 +301,7 @@ class ZarrStore:
     def recover(self) -> None:
         """Load flushed ongoing episodes into memory and drop what no commit covers."""
         record = self.record
-        remove_leftovers(self.folder)  # TensorStore's temporaries of a killed writer
+        remove_leftovers(self)  # TensorStore's temporaries of a killed writer
         for episode, ongoing in sorted(record.ongoing.items()):
             present = self.present_keys(episode)
             rows: dict[str, npt.NDArray[Any]] = {}
