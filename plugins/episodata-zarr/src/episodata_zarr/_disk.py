@@ -97,11 +97,15 @@ def open_uncached(store: ZarrStore, paths: Iterable[str]) -> dict[str, Any]:
     return handles
 
 
-def chunk_file(store: ZarrStore, path: str, handle: Any, row: int) -> Path:
+def chunk_file(store: ZarrStore, path: str, handle: Any, row: int) -> str:
     """The file holding ``row`` of the array at ``path``: its chunk, or its shard if sharded."""
     rows = int(handle.chunk_layout.write_chunk.shape[0])
+    return _chunk_name(store, path, row // rows, int(handle.rank))
+
+
+def _chunk_name(store: ZarrStore, path: str, chunk: int, rank: int) -> str:
     # default chunk key encoding: c/<row chunk>/0/... (every other axis has one chunk)
-    return store.folder / path / "c" / "/".join([str(row // rows)] + ["0"] * (handle.rank - 1))
+    return f"{store.folder}/{path}/c/{chunk}" + "/0" * (rank - 1)
 
 
 @dataclass(frozen=True)
@@ -110,19 +114,19 @@ class _Write:
 
     what: str  # for messages: "field 'observation/state'"
     path: str
-    handle: Any  # for the chunk shape: a spill array has its data array's chunks
+    width: int  # rows per chunk file (per shard if sharded)
+    rank: int
     committed: int  # rows of the array that the commit record covers
     start: int
     stop: int
 
     def chunks(self) -> range:
         """The numbers of the chunks (shards if sharded) the write touches."""
-        width = int(self.handle.chunk_layout.write_chunk.shape[0])
-        return range(self.start // width, (self.stop - 1) // width + 1)
+        return range(self.start // self.width, (self.stop - 1) // self.width + 1)
 
     def committed_chunks(self) -> list[tuple[int, int, int]]:
         """``(chunk, lo, hi)`` of each touched chunk that holds committed rows ``[lo, hi)``."""
-        width = int(self.handle.chunk_layout.write_chunk.shape[0])
+        width = self.width
         return [
             (c, c * width, min((c + 1) * width, self.committed))
             for c in self.chunks()
@@ -130,36 +134,7 @@ class _Write:
         ]
 
 
-def _writes(
-    store: ZarrStore, rows: int, entries: Iterable[int], spills: Iterable[tuple[int, int]]
-) -> list[_Write]:
-    """What a commit writes: data rows up to ``rows``, index ``entries``, spill rows.
-
-    ``spills`` holds ``(episode, rows)``: its spill arrays grow from their flushed rows
-    to ``rows``.
-    """
-    record = store.record
-    writes: list[_Write] = []
-    if rows > record.rows:
-        for key, layout in store.layouts.items():
-            # every field gets rows, absent optional ones zeros
-            handle = store.data[key]
-            writes.append(
-                _Write(f"field {key!r}", layout.path, handle, record.rows, record.rows, rows)
-            )
-    for entry in sorted(set(entries)):
-        index = store.index_store
-        writes.append(_Write("the index", INDEX_PATH, index, record.episodes, entry, entry + 1))
-    for episode, stop in spills:
-        state = store.ongoing[episode]
-        for key in state.buffers:
-            what = f"ongoing episode {episode}, field {key!r}"
-            path = store.layouts[key].spill_path(episode)
-            writes.append(_Write(what, path, store.data[key], state.durable, state.durable, stop))
-    return writes
-
-
-def _signature(file: Path) -> tuple[int, int, int] | None:
+def _signature(file: str) -> tuple[int, int, int] | None:
     try:
         status = os.stat(file)
     except FileNotFoundError:
@@ -177,8 +152,51 @@ class ChunkGuard:
     """
 
     def __init__(self) -> None:
-        self.known: dict[Path, tuple[int, int, int]] = {}
+        self.known: dict[str, tuple[int, int, int]] = {}
         self.written: set[tuple[str, int]] = set()  # (array, chunk) the commit writes
+        self.geometry: dict[str, tuple[int, int]] = {}  # field ("" index): rows per file, rank
+
+    def _geometry(self, key: str, handle: Any) -> tuple[int, int]:
+        # asking TensorStore for a chunk layout costs ~10 us: once per array
+        found = self.geometry.get(key)
+        if found is None:
+            found = int(handle.chunk_layout.write_chunk.shape[0]), int(handle.rank)
+            self.geometry[key] = found
+        return found
+
+    def _writes(
+        self,
+        store: ZarrStore,
+        rows: int,
+        entries: Iterable[int],
+        spills: Iterable[tuple[int, int]],
+    ) -> list[_Write]:
+        """What a commit writes: data rows up to ``rows``, index ``entries``, spill rows.
+
+        ``spills`` holds ``(episode, rows)``: its spill arrays grow from their flushed
+        rows to ``rows``; they have their data arrays' chunks.
+        """
+        record = store.record
+        writes: list[_Write] = []
+        if rows > record.rows:
+            for key, layout in store.layouts.items():
+                # every field gets rows, absent optional ones zeros
+                shape = self._geometry(key, store.data[key])
+                what = f"field {key!r}"
+                writes.append(_Write(what, layout.path, *shape, record.rows, record.rows, rows))
+        shape = self._geometry("", store.index_store)
+        writes.extend(
+            _Write("the index", INDEX_PATH, *shape, record.episodes, entry, entry + 1)
+            for entry in sorted(set(entries))
+        )
+        for episode, stop in spills:
+            state = store.ongoing[episode]
+            for key in state.buffers:
+                what = f"ongoing episode {episode}, field {key!r}"
+                path = store.layouts[key].spill_path(episode)
+                shape = self._geometry(key, store.data[key])
+                writes.append(_Write(what, path, *shape, state.durable, state.durable, stop))
+        return writes
 
     def check(
         self,
@@ -194,12 +212,12 @@ class ChunkGuard:
         commit; ``entries``: the index entries it writes; ``spills``: ``(episode, rows)``
         of the spill arrays it appends to.
         """
-        writes = _writes(store, rows, entries, spills)
+        writes = self._writes(store, rows, entries, spills)
         self.written = {(w.path, c) for w in writes for c in w.chunks()}
-        unknown: list[tuple[_Write, int, int, Path, tuple[int, int, int]]] = []
+        unknown: list[tuple[_Write, int, int, str, tuple[int, int, int]]] = []
         for write in writes:
-            for _, lo, hi in write.committed_chunks():
-                file = chunk_file(store, write.path, write.handle, lo)
+            for chunk, lo, hi in write.committed_chunks():
+                file = _chunk_name(store, write.path, chunk, write.rank)
                 signature = _signature(file)
                 if signature is None:
                     raise _refusal(store, write, file, lo, hi, "is missing")
@@ -227,7 +245,7 @@ class ChunkGuard:
         Trusted are those this commit wrote and those unchanged since they were checked.
         """
         ongoing = sorted(store.ongoing)
-        nexts = _writes(
+        nexts = self._writes(
             store,
             store.record.rows + 1,
             [store.record.episodes, *ongoing],
@@ -235,20 +253,22 @@ class ChunkGuard:
         )
         known = {}  # only these: bounded, however many chunks were ever written
         for write in nexts:
-            for chunk, lo, _ in write.committed_chunks():
-                file = chunk_file(store, write.path, write.handle, lo)
-                signature = _signature(file)
-                if signature is not None and (
-                    (write.path, chunk) in self.written or self.known.get(file) == signature
-                ):
-                    known[file] = signature
+            for chunk, _, _ in write.committed_chunks():
+                file = _chunk_name(store, write.path, chunk, write.rank)
+                if (write.path, chunk) in self.written:
+                    signature = _signature(file)
+                    if signature is not None:
+                        known[file] = signature
+                elif file in self.known:
+                    # unchanged by this commit; if someone changed it, check() sees that
+                    known[file] = self.known[file]
         self.known, self.written = known, set()
 
 
 def _refusal(
     store: ZarrStore,
     write: _Write,
-    file: Path,
+    file: str,
     lo: int,
     hi: int,
     problem: str,
