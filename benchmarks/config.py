@@ -47,6 +47,7 @@ class Sizes:
     # W9: rows of the D4RL-shaped and LeWM-shaped source files
     d4rl_rows: int = 1_000_000
     lewm_rows: int = 50_000
+    lerobot_frames: int = 20_000  # frames of 64x64x3 images of each LeRobot source
     # measurement budget
     rounds: int = 5
     round_seconds: float = 2.0
@@ -77,6 +78,7 @@ PRESETS: dict[str, Sizes] = {
         loader_spawn=False,
         d4rl_rows=100_000,
         lewm_rows=4_000,
+        lerobot_frames=3_000,
         rounds=2,
         round_seconds=0.5,
         min_calls=3,
@@ -107,6 +109,7 @@ PRESETS: dict[str, Sizes] = {
         loader_rounds=1,
         d4rl_rows=2_000,
         lewm_rows=300,
+        lerobot_frames=300,
         rounds=1,
         round_seconds=0.05,
         min_calls=2,

@@ -261,4 +261,7 @@ def run_w9(context: Context) -> WorkloadResult:
                 f"full: {peaks.get('', float('nan')):.0f} MiB",
             )
         )
+    from benchmarks.workloads.lerobot_import import lerobot_rows
+
+    lerobot_rows(context, result)
     return result

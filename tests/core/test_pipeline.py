@@ -272,3 +272,115 @@ def test_bad_backend_option_is_a_located_schema_error(tmp_path):
     with pytest.raises(SchemaError, match=r"backend 'npz_directory' option\.bogus: Extra inputs"):
         Dataset.create(schema, tmp_path / "d", backend="npz_directory", bogus=1)
     assert not (tmp_path / "d").exists()
+
+
+MARKER_MODULE = """
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+Path({marker!r}).write_text("imported")  # the side effect a stranger's module could have
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Exporter:
+    name = "marker-count"
+    description = "writes the episode count"
+    Options = Options
+
+    def export(self, datasets, destination, options):
+        Path(destination).mkdir(parents=True)
+        counts = {{label: ds.num_episodes for label, ds in datasets.items()}}
+        (Path(destination) / "counts.json").write_text(json.dumps(counts))
+        return counts
+"""
+
+
+@pytest.fixture
+def marker_module(tmp_path, monkeypatch):
+    """A real module on sys.path whose import writes a marker file; yields (name, marker)."""
+    import sys
+
+    name = f"episodata_marker_{tmp_path.name.replace('-', '_')}"
+    marker = tmp_path / "imported.marker"
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(MARKER_MODULE.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(folder))
+    yield name, marker
+    sys.modules.pop(name, None)
+
+
+def _import_path_pipeline(tmp_path: Path, module: str, *, self_opt_in: bool) -> Path:
+    text = PIPELINE.format(offset=1).replace(
+        'exporter = "test-count"\npath = "counts"\noptions = { offset = 1 }',
+        f'exporter = "{module}:Exporter"\npath = "counts"',
+    )
+    assert f"{module}:Exporter" in text
+    if self_opt_in:
+        text = "allow_import_paths = true\n" + text
+    return _write(tmp_path, text)
+
+
+def test_a_file_cannot_opt_itself_into_import_paths(
+    plugins, source_file, tmp_path, marker_module, capsys
+):
+    module, marker = marker_module
+    path = _import_path_pipeline(tmp_path, module, self_opt_in=True)
+    with pytest.raises(
+        SchemaError,
+        match=r"allow_import_paths is no longer read from a pipeline "
+        r"file.*pass --allow-import-paths",
+    ):
+        Pipeline.from_toml(path).validate()
+    for action in ("validate", "run"):
+        assert main(["pipeline", action, str(path)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "allow_import_paths is no longer read from a pipeline file" in err
+        assert "\n" not in err
+        assert "Traceback" not in err
+    assert not marker.exists()
+    assert not (tmp_path / "stored").exists()
+
+
+def test_import_paths_need_the_callers_flag(plugins, source_file, tmp_path, marker_module, capsys):
+    module, marker = marker_module
+    path = _import_path_pipeline(tmp_path, module, self_opt_in=False)
+    with pytest.raises(
+        SchemaError,
+        match=rf"exports\[0\]\.exporter: '{module}:Exporter' is an "
+        r"import path.*pass --allow-import-paths",
+    ):
+        Pipeline.from_toml(path).validate()
+    for action in ("validate", "run"):
+        assert main(["pipeline", action, str(path)]) == 1
+        assert "--allow-import-paths" in capsys.readouterr().err
+    assert not marker.exists()
+    assert not (tmp_path / "stored").exists()
+    # the person running it opts in: the module is imported, validation and the run succeed
+    assert main(["pipeline", "validate", "--allow-import-paths", str(path)]) == 0
+    assert marker.read_text() == "imported"
+    assert not (tmp_path / "stored").exists()
+    assert main(["pipeline", "run", "--allow-import-paths", "--quiet", str(path)]) == 0
+    assert json.loads((tmp_path / "counts" / "counts.json").read_text()) == {"stored": 3}
+    # the run's temporary registration is gone again
+    with pytest.raises(LookupError):
+        registry.get_exporter(f"{module}:Exporter")
+
+
+def test_import_path_api_argument(plugins, source_file, tmp_path, marker_module):
+    module, marker = marker_module
+    path = _import_path_pipeline(tmp_path, module, self_opt_in=False)
+    pipeline = Pipeline.from_toml(path, allow_import_paths=True)
+    assert not marker.exists()  # loading the file imports nothing
+    assert pipeline.validate()[-1].endswith(f"with {module}:Exporter")
+    assert marker.exists()
+    result = pipeline.run(progress=False)
+    assert result.export_reports == [{"stored": 3}]
+    result.dataset.close()

@@ -44,6 +44,8 @@ WELL_KNOWN: dict[tuple[PluginKind, str], tuple[str, str]] = {
     ("importer", "d4rl"): ("episodata-d4rl", 'pip install "episodata[d4rl]"'),
     ("importer", "lewm"): ("episodata-lewm", 'pip install "episodata[lewm]"'),
     ("importer", "minari"): ("episodata-minari", 'pip install "episodata[minari]"'),
+    ("importer", "lerobot"): ("episodata-lerobot", 'pip install "episodata[lerobot]"'),
+    ("exporter", "lerobot"): ("episodata-lerobot", 'pip install "episodata[lerobot]"'),
     ("importer", "offset-segments"): ("episodata-segments", _INSTALL_DEFAULT),
     ("exporter", "offset-segments"): ("episodata-segments", _INSTALL_DEFAULT),
     ("sampler", "uniform"): ("episodata-core", _INSTALL_DEFAULT),

@@ -70,7 +70,11 @@ class Episode:
         )
 
     def read(self, fields: str | Iterable[str] | None = None) -> Segment:
-        """Every transition of the episode: ``obs`` ``[T, ...]``, ``all_obs`` ``[T + 1, ...]``."""
+        """Every transition of the episode: ``obs`` ``[T, ...]``, ``all_obs`` ``[T + 1, ...]``.
+
+        The arrays may be views of the stored rows; those are read-only (copy before
+        changing them in place), and the same holds for :meth:`segment` and :meth:`step`.
+        """
         return self.segment(0, None, fields=fields)
 
     def segment(

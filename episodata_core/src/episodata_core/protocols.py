@@ -149,11 +149,19 @@ class StorageBackend(Protocol):
         ...
 
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
-        """Rows ``[start, stop)`` of one episode for the given present fields."""
+        """Rows ``[start, stop)`` of one episode for the given present fields.
+
+        Each array is either read-only (it may be a view of storage or a cache) or a
+        fresh copy the caller may write into; a writable array never shares memory
+        with stored data.
+        """
         ...
 
     def gather_rows(self, request: GatherRequest) -> Rows:
-        """Read a whole batch of windows; one call per sampled batch."""
+        """Read a whole batch of windows; one call per sampled batch.
+
+        The same rule as :meth:`read_rows`: read-only, or writable and the caller's.
+        """
         ...
 
     def close(self) -> None:

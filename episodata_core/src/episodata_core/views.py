@@ -14,6 +14,11 @@ accessor               rows        note
 
 Views never copy. :meth:`TransitionView.map` converts each buffer once and rebuilds the
 views, so ``obs`` and ``next_obs`` still share storage after a device transfer.
+
+A buffer that is a view of a dataset's storage (an episode read of the memory or npz
+backend, ongoing episodes included) is read-only for NumPy, and so is every accessor
+sliced from it; sampled batches are gathered into fresh, writable arrays of their own.
+A writable buffer never shares memory with the dataset.
 """
 
 from __future__ import annotations

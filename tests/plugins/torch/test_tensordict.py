@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 from typing import Any
 
 import numpy as np
@@ -169,3 +170,135 @@ def test_missing_torch_is_a_clear_error() -> None:
     )
     assert 'pip install "episodata[torch]"' in result.stdout
     assert issubclass(MissingDependencyError, ImportError)
+
+
+# -- no tensor shares memory with the dataset ----------------------------------------------
+
+
+def frames_episode(k: int, length: int) -> dict[str, Any]:
+    """Distinct values per episode ``k`` (an independent oracle for later reads)."""
+    obs = (np.arange((length + 1) * 6, dtype=np.float32).reshape(length + 1, 6) + 1000 * k) / 7
+    return {
+        "initial_observation": obs[0],
+        "observations": obs[1:],
+        "actions": np.arange(length, dtype=np.int64) + 100 * k,
+        "rewards": np.full(length, k, dtype=np.float32),
+        "terminated": True,
+    }
+
+
+@pytest.fixture(params=["memory", "npz_directory"])
+def stored(request: Any, tmp_path: Any) -> tuple[Dataset, list[dict[str, Any]]]:
+    """A memory or npz dataset of 3 finalized episodes and 1 ongoing one, with its oracle."""
+    episodes = [frames_episode(k, n) for k, n in enumerate((6, 9, 4))]
+    path = None if request.param == "memory" else tmp_path / "ds"
+    dataset = Dataset.from_episodes(episodes, path=path, backend=request.param)
+    ongoing = frames_episode(3, 3)
+    writer = dataset.new_episode(ongoing["initial_observation"])
+    for t in range(3):
+        writer.add_step(
+            {
+                "observation": ongoing["observations"][t],
+                "action": ongoing["actions"][t],
+                "reward": ongoing["rewards"][t],
+            }
+        )
+    ongoing["terminated"] = False
+    return dataset, [*episodes, ongoing]
+
+
+def assert_unchanged(dataset: Dataset, episodes: list[dict[str, Any]]) -> None:
+    for index, want in enumerate(episodes):
+        got = dataset.episode(index).read()
+        np.testing.assert_array_equal(got.obs[0], want["initial_observation"])
+        np.testing.assert_array_equal(got.next_obs, want["observations"])
+        np.testing.assert_array_equal(got.action, want["actions"])
+        np.testing.assert_array_equal(got.reward, want["rewards"])
+
+
+def test_in_place_ops_on_a_tensordict_of_a_read_leave_the_dataset_alone(stored: Any) -> None:
+    from episodata.utils import batch_to_tensordict
+
+    dataset, episodes = stored
+    reads = [
+        dataset.episode(1).read(),  # a whole finalized episode: views of storage
+        dataset.episode(0).segment(2, 5),
+        dataset.episode(3).read(),  # the ongoing episode's own buffers
+        dataset.episode(2).read(fields="observation"),
+    ]
+    for read in reads:
+        assert not read.all_obs.flags.writeable  # a view of storage, so NumPy refuses writes
+        with pytest.raises(ValueError, match="read-only"):
+            read.obs += 1
+        td = batch_to_tensordict(read)
+        assert storage(td["obs"]) == storage(td["next_obs"])  # still one L + 1 buffer
+        for key in ("obs", "action", "reward"):
+            tensor = td.get(key, None)  # a read of some fields lacks the others
+            if tensor is not None:
+                tensor.add_(1)
+        assert torch.equal(td["obs"][1:], td["next_obs"][:-1])
+    assert_unchanged(dataset, episodes)
+    dataset.close()
+
+
+def test_tensordict_of_a_sampled_batch_wraps_its_arrays_without_a_copy(stored: Any) -> None:
+    from episodata.utils import batch_to_tensordict
+
+    dataset, episodes = stored
+    stream = dataset.segment_stream(sequence_length=3, batch_size=16, seed=0, prefetch=0)
+    batch = stream.sample()
+    td = batch_to_tensordict(batch)
+    # a gathered batch is a private copy already: its tensors are its own arrays
+    assert batch.buffers["observation/observation"].flags.writeable
+    assert storage(td["obs"]) == batch.buffers["observation/observation"].ctypes.data
+    assert storage(td["action"]) == batch.buffers["action/action"].ctypes.data
+    td["obs"].add_(1)
+    assert_unchanged(dataset, episodes)
+    dataset.close()
+
+
+def test_torch_as_tensor_of_a_storage_view_shares_it(stored: Any) -> None:
+    # what a user calling torch directly gets (documented in getting_started.md): torch
+    # cannot make a tensor read-only, so it shares a read-only array's memory (and warns
+    # once per process: see the slow test below); torch.tensor copies
+    dataset, _ = stored
+    view = dataset.episode(1).read().obs
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        shared = torch.as_tensor(view)
+    assert shared.data_ptr() == view.ctypes.data
+    assert torch.tensor(view).data_ptr() != view.ctypes.data
+    dataset.close()
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: 5 s of CPU
+def test_torch_as_tensor_of_a_storage_view_warns() -> None:
+    # torch warns only once per process, hence the fresh interpreter
+    script = textwrap.dedent(
+        """
+        import warnings
+        import numpy as np
+        import torch
+        from episodata import Dataset
+        dataset = Dataset.from_episodes([{
+            "initial_observation": np.zeros(2, dtype=np.float32),
+            "observations": np.ones((3, 2), dtype=np.float32),
+            "actions": np.zeros(3, dtype=np.int64),
+            "rewards": np.zeros(3, dtype=np.float32),
+        }])
+        view = dataset.episode(0).read().obs
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            shared = torch.as_tensor(view)
+        print("WARNED:", [str(w.message).split(",")[0] for w in caught])
+        print("SHARED:", shared.data_ptr() == view.ctypes.data)
+        print("COPIED:", torch.tensor(view).data_ptr() != view.ctypes.data)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "WARNED: ['The given NumPy array is not writable']" in result.stdout
+    assert "SHARED: True" in result.stdout
+    assert "COPIED: True" in result.stdout

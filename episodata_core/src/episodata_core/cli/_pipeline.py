@@ -14,7 +14,7 @@ __all__ = ["COMMANDS"]
 
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
-    pipeline = Pipeline.from_toml(args.file)
+    pipeline = Pipeline.from_toml(args.file, allow_import_paths=args.allow_import_paths)
     if args.action == "validate":
         steps = pipeline.validate()
         print(
@@ -45,11 +45,18 @@ COMMANDS: tuple[Command, ...] = (
             arg("action", choices=("validate", "run"), help="validate: check only; run: execute"),
             arg("file", help="pipeline TOML file"),
             arg("-q", "--quiet", action="store_true", help="no progress bars or summary"),
+            arg(
+                "--allow-import-paths",
+                action="store_true",
+                help="accept 'package.module:Class' for a plugin: imports (runs) that module; "
+                "only for a file you trust",
+            ),
         ),
         description=(
             "validate resolves every plugin by name and checks every options table without "
-            "writing anything; run executes the steps and records the resolved config, its "
-            "hash and the plugin versions in the dataset's manifest."
+            "writing anything, and imports no module unless --allow-import-paths is given; "
+            "run executes the steps and records the resolved config, its hash and the plugin "
+            "versions in the dataset's manifest."
         ),
     ),
 )

@@ -18,6 +18,9 @@ optional store (where the data lands), and zero or more exports::
 
 Plugins are named by their registered name. Each plugin's own ``Options`` model checks
 its ``options`` table, and errors carry the full location (``exports[0].options.offset``).
+A ``"package.module:Class"`` import path instead of a name runs code from that module,
+so only the person running the pipeline can allow it (``--allow-import-paths`` on the
+command line, ``allow_import_paths=True`` in Python); a file cannot opt itself in.
 """
 
 from __future__ import annotations
@@ -89,10 +92,13 @@ class PipelineConfig(_Strict):
     source: ImportSource | DatasetSource = Field(description="Where the episodes come from.")
     store: StoreConfig | None = Field(default=None, description="Where they are written.")
     exports: list[ExportStep] = Field(default_factory=list, description="What is exported.")
-    allow_import_paths: bool = Field(
-        default=False,
-        description="Accept 'package.module:Class' instead of registered plugin names.",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_self_opt_in(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "allow_import_paths" in data:
+            raise ValueError(_SELF_OPT_IN)
+        return data
 
     @model_validator(mode="after")
     def _check_shape(self) -> PipelineConfig:
@@ -106,43 +112,86 @@ class PipelineConfig(_Strict):
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def resolve(self) -> list[str]:
+    def resolve(self, *, allow_import_paths: bool = False) -> list[str]:
         """Look every plugin up and validate its options; returns one line per step.
+
+        ``allow_import_paths`` lets a plugin be named ``"package.module:Class"``, which
+        imports (runs) that module. It is the caller's decision, never the file's:
+        without it every import path is refused before anything is looked up, so no
+        module is imported.
 
         Raises :class:`SchemaError` with the full location of the first problem.
         """
+        return self._resolved(allow_import_paths)[0]
+
+    def _resolved(
+        self, allow_import_paths: bool
+    ) -> tuple[list[str], dict[tuple[registry.PluginKind, str], type]]:
+        """The step lines and the classes imported from import paths, by (kind, name)."""
+        named = self._named_plugins()
+        if not allow_import_paths:
+            for where, kind, name in named:
+                if ":" in name:
+                    raise SchemaError(
+                        f"{where}: {name!r} is an import path, which would run code from "
+                        f"that module; name a registered {kind} (see `episodata plugins`), "
+                        "or, if you trust this file, pass --allow-import-paths "
+                        "(allow_import_paths=True in Python)"
+                    )
+        classes = {(kind, name): _plugin(kind, name, where) for where, kind, name in named}
+        imported = {key: cls for key, cls in classes.items() if ":" in key[1]}
         steps: list[str] = []
         source = self.source
         if isinstance(source, ImportSource):
-            cls = _plugin("importer", source.importer, "source.importer", self)
+            cls = classes["importer", source.importer]
             validate_options(cls, source.options, "source.options")
             steps.append(f"import {source.path} with {source.importer}")
         else:
             steps.append(f"open {source.dataset}")
         if self.store is not None:
-            backend = self.store.backend or ("zarr" if self.store.path else "memory")
-            cls = _plugin("backend", backend, "store.backend", self)
-            validate_options(cls, self.store.options, "store.options")
+            backend = _store_backend(self.store)
+            validate_options(classes["backend", backend], self.store.options, "store.options")
             steps.append(f"store in {self.store.path or 'memory'} ({backend})")
         for number, export in enumerate(self.exports):
-            where = f"exports[{number}]"
-            cls = _plugin("exporter", export.exporter, f"{where}.exporter", self)
-            validate_options(cls, export.options, f"{where}.options")
+            cls = classes["exporter", export.exporter]
+            validate_options(cls, export.options, f"exports[{number}].options")
             steps.append(f"export to {export.path} with {export.exporter}")
-        return steps
+        return steps, imported
+
+    def _named_plugins(self) -> list[tuple[str, registry.PluginKind, str]]:
+        """``(location, kind, name)`` of every plugin the pipeline names, in step order."""
+        named: list[tuple[str, registry.PluginKind, str]] = []
+        if isinstance(self.source, ImportSource):
+            named.append(("source.importer", "importer", self.source.importer))
+        if self.store is not None:
+            named.append(("store.backend", "backend", _store_backend(self.store)))
+        named += [
+            (f"exports[{n}].exporter", "exporter", e.exporter) for n, e in enumerate(self.exports)
+        ]
+        return named
 
 
-def _plugin(kind: registry.PluginKind, name: str, where: str, config: PipelineConfig) -> Any:
+_SELF_OPT_IN = (
+    "allow_import_paths is no longer read from a pipeline file (a file must not be able "
+    "to make episodata run its code); remove it, and pass --allow-import-paths to "
+    "`episodata pipeline validate|run` (allow_import_paths=True in Python) if you trust it"
+)
+
+
+def _store_backend(store: StoreConfig) -> str:
+    return store.backend or ("zarr" if store.path else "memory")
+
+
+def _plugin(kind: registry.PluginKind, name: str, where: str) -> Any:
     if ":" in name:
-        if not config.allow_import_paths:
-            raise SchemaError(
-                f"{where}: {name!r} is an import path; name a registered {kind} (see "
-                "`episodata plugins`), or set allow_import_paths = true to run code from it"
-            )
+        # only reached when the caller allowed import paths (checked in _resolved)
         import importlib
 
         module, _, attribute = name.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as err:
+            raise SchemaError(f"{where}: cannot load import path {name!r}: {err}") from err
     getters = {
         "backend": registry.get_backend,
         "importer": registry.get_importer,
@@ -172,6 +221,8 @@ def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConf
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SchemaError(f"pipeline: not valid TOML: {err}") from err
+    if "allow_import_paths" in document:
+        raise SchemaError(f"pipeline: {_SELF_OPT_IN}")
     try:
         config = PipelineConfig.model_validate(document)
     except ValidationError as err:

@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from episodata_core import hooks
+from episodata_core import hooks, registry
 from episodata_core.dataset import Dataset
 from episodata_core.errors import EpisodataError
 from episodata_core.pipeline.config import DatasetSource, ImportSource, PipelineConfig, load_config
@@ -60,26 +60,51 @@ class PipelineResult:
 
 
 class Pipeline:
-    """A validated pipeline; build it with :meth:`from_toml` or from a config model."""
+    """A validated pipeline; build it with :meth:`from_toml` or from a config model.
 
-    def __init__(self, config: PipelineConfig) -> None:
+    ``allow_import_paths=True`` accepts ``"package.module:Class"`` in place of a
+    registered plugin name, which imports (runs) that module: pass it only for a file
+    you trust. A pipeline file cannot set it for itself.
+    """
+
+    def __init__(self, config: PipelineConfig, *, allow_import_paths: bool = False) -> None:
         self.config = config
+        self.allow_import_paths = allow_import_paths
         self._import_report: Any = None
 
     @classmethod
-    def from_toml(cls, source: str | os.PathLike[str]) -> Pipeline:
-        """Load a TOML file (or TOML text) and validate its structure."""
+    def from_toml(
+        cls, source: str | os.PathLike[str], *, allow_import_paths: bool = False
+    ) -> Pipeline:
+        """Load a TOML file (or TOML text) and validate its structure; imports nothing."""
         path = Path(source) if not isinstance(source, str) else source
-        return cls(load_config(path))
+        return cls(load_config(path), allow_import_paths=allow_import_paths)
 
     def validate(self) -> list[str]:
         """Resolve every plugin and check every options table; nothing is written."""
-        return self.config.resolve()
+        return self.config.resolve(allow_import_paths=self.allow_import_paths)
 
     def run(self, *, executor: Executor | None = None, progress: bool = True) -> PipelineResult:
         """Run every step; on failure the error names the step that failed."""
-        self.validate()
-        executor = executor or LocalExecutor()
+        _, imported = self.config._resolved(self.allow_import_paths)
+        # the steps look plugins up by name, so an allowed import path is registered
+        # under its own text for the duration of the run only
+        registrars = {
+            "backend": registry.register_backend,
+            "importer": registry.register_importer,
+            "exporter": registry.register_exporter,
+        }
+        added: list[tuple[registry.PluginKind, str]] = []
+        try:
+            for (kind, name), cls in imported.items():
+                registrars[kind](cls, name=name)
+                added.append((kind, name))
+            return self._run(executor or LocalExecutor(), progress)
+        finally:
+            for kind, name in added:
+                registry.unregister(kind, name)
+
+    def _run(self, executor: Executor, progress: bool) -> PipelineResult:
         manager = hooks.get_plugin_manager()
         manager.hook.on_pipeline_start(pipeline=self)
         current = "start"
@@ -163,8 +188,6 @@ class Pipeline:
         }
 
     def _distributions(self) -> list[str]:
-        from episodata_core import registry
-
         wanted = set()
         source = self.config.source
         if isinstance(source, ImportSource):

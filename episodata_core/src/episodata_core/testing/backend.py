@@ -85,6 +85,14 @@ def _concat(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[A
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
+def _scribble(array: npt.NDArray[Any]) -> None:
+    """Change every element of ``array`` in place."""
+    if array.dtype.kind == "b":
+        np.logical_not(array, out=array)
+    else:
+        np.add(array, 1, out=array, casting="unsafe")
+
+
 def _reference_gather(
     episodes: dict[int, dict[str, npt.NDArray[Any]]], request: GatherRequest, key: str
 ) -> npt.NDArray[Any]:
@@ -342,6 +350,38 @@ class BackendTests(Generic[B]):
         empty = np.zeros(0, dtype=np.int64)
         request = GatherRequest(empty, empty, empty, empty, num_rows=3, fields=("reward/reward",))
         self._check_gather(backend, episodes, request)
+
+    def test_writable_reads_are_private_copies(self, backend: B, schema: DatasetSchema) -> None:
+        # an array a read returns either is read-only (it may be a view of storage or a
+        # cache) or belongs to the caller: writing into it never changes a later read
+        episodes = self._fill(backend, schema)
+        expected = {e: {k: v.copy() for k, v in rows.items()} for e, rows in episodes.items()}
+        table = backend.episode_table()
+        handed_out: list[npt.NDArray[Any]] = []
+        for episode, rows in episodes.items():
+            stop = int(table.length[episode]) + 1
+            for first, last in ((0, stop), (1, max(1, stop - 1))):
+                handed_out += backend.read_rows(episode, first, last, list(rows)).values()
+        chosen = np.array(sorted(episodes), dtype=np.int64)
+        counts = np.array([min(len(expected[e]["observation/state"]), 3) for e in chosen])
+        for num_rows in (3, 5):  # dense, then padded windows
+            request = GatherRequest(
+                episodes=chosen,
+                starts=np.zeros_like(chosen),
+                counts=counts.astype(np.int64),
+                offsets=np.zeros_like(chosen),
+                num_rows=num_rows,
+                fields=schema.qualified_keys,
+            )
+            handed_out += backend.gather_rows(request).values()
+        for array in handed_out:
+            if array.flags.writeable:
+                _scribble(array)
+            else:
+                with pytest.raises(ValueError, match="read-only"):
+                    array[...] = 0
+        for episode, rows in expected.items():
+            self.assert_episode(backend, episode, rows)
 
     # -- batch writes ---------------------------------------------------------------------
 

@@ -91,7 +91,7 @@ class MemoryBackend:
     # -- index ----------------------------------------------------------------------------
 
     def episode_table(self) -> EpisodeTable:
-        """Views of the per-episode index, valid until the next write."""
+        """Read-only views of the per-episode index, valid until the next write."""
         # a sampling loop asks for it on every batch; writes drop it (_index_changed)
         if self._table is None:
             self._table = self._build_table()
@@ -101,12 +101,13 @@ class MemoryBackend:
         self._table = None
 
     def _build_table(self) -> EpisodeTable:
+        # the columns are views of the index itself: read-only, like every read
         return EpisodeTable(
-            length=self._length.view(),
-            terminated=self._terminated.view(),
-            truncated=self._truncated.view(),
-            ongoing=self._ongoing.view(),
-            present={key: grow.view() for key, grow in self._present.items()},
+            length=_read_only(self._length.view()),
+            terminated=_read_only(self._terminated.view()),
+            truncated=_read_only(self._truncated.view()),
+            ongoing=_read_only(self._ongoing.view()),
+            present={key: _read_only(grow.view()) for key, grow in self._present.items()},
         )
 
     def _new_index_entry(self, rows: Rows, *, row_start: int, ongoing: bool) -> int:
@@ -188,7 +189,7 @@ class MemoryBackend:
     # -- reads ----------------------------------------------------------------------------
 
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
-        """Read-only views of rows ``[start, stop)`` of one episode."""
+        """Read-only views of rows ``[start, stop)`` of one episode (ongoing ones too)."""
         self._check_open()
         base = int(self._row_start.data[episode])
         if base < 0:
@@ -199,7 +200,7 @@ class MemoryBackend:
         }
 
     def gather_rows(self, request: GatherRequest) -> Rows:
-        """One gather per field for a whole batch of windows."""
+        """One gather per field for a whole batch of windows, into fresh writable arrays."""
         self._check_open()
         bases = self._row_start.view()[request.episodes]
         first = bases + request.starts

@@ -18,7 +18,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import numpy as np
 
@@ -39,6 +39,7 @@ __all__ = [
     "EpisodeArchive",
     "EpisodeMeta",
     "check_member_name",
+    "checked_meta",
     "encode_episode",
     "member_name",
 ]
@@ -187,6 +188,15 @@ class EpisodeArchive:
         """Qualified keys of the schema fields the archive stores."""
         return frozenset(self._fields)
 
+    @property
+    def foreign_members(self) -> list[str]:
+        """Member names that are neither ``.npy`` arrays nor ``episode/*`` scalars."""
+        return sorted(
+            name
+            for name in self._names
+            if not name.endswith(_SUFFIX) and not name.startswith(META_PREFIX)
+        )
+
     def meta(self) -> EpisodeMeta:
         """The ``episode/*`` members, validated."""
         values: dict[str, Any] = {}
@@ -207,20 +217,35 @@ class EpisodeArchive:
         spec = self._specs[key]
         return self._read(member, spec.np_dtype, (num_rows, *spec.shape))
 
+    def headers(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """Dtype and shape of every field member, by qualified key, without reading data.
+
+        Keys are the percent-decoded member names without ``.npy``; members under
+        ``episode/`` are left out, and so are names without ``.npy``, which
+        :attr:`foreign_members` lists. Only the ``.npy`` headers are read (for a deflated
+        member, its first block), so a header cannot make this allocate anything.
+        """
+        out = {}
+        for name in sorted(self._names):
+            if not name.endswith(_SUFFIX) or name.startswith(META_PREFIX):
+                continue
+            try:
+                with self._zip.open(name) as handle:
+                    _, found_dtype, found_shape = _header(handle)
+            except _DAMAGE as err:
+                raise self._damaged(f"cannot read the header of member {name!r}", err) from err
+            key = "/".join(unquote(part) for part in name[: -len(_SUFFIX)].split("/"))
+            out[key] = (found_dtype, found_shape)
+        return out
+
     def _read(self, member: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> npt.NDArray[Any]:
         try:
             with self._zip.open(member) as handle:
-                version = np.lib.format.read_magic(handle)
-                if version == (1, 0):
-                    found_shape, fortran, found_dtype = np.lib.format.read_array_header_1_0(handle)
-                elif version == (2, 0):
-                    found_shape, fortran, found_dtype = np.lib.format.read_array_header_2_0(handle)
-                else:
-                    raise ValueError(f"unsupported .npy format version {version}")
+                fortran, found_dtype, found_shape = _header(handle)
                 # checked before allocating: a crafted header cannot request a huge array
-                if found_dtype != dtype or tuple(found_shape) != shape:
+                if found_dtype != dtype or found_shape != shape:
                     raise self._damaged(
-                        f"member {member!r} holds {found_dtype} {tuple(found_shape)}, expected "
+                        f"member {member!r} holds {found_dtype} {found_shape}, expected "
                         f"{dtype} {shape}",
                         None,
                     )
@@ -242,6 +267,18 @@ class EpisodeArchive:
         )
 
 
+def _header(handle: Any) -> tuple[bool, np.dtype[Any], tuple[int, ...]]:
+    """``(fortran_order, dtype, shape)`` of the ``.npy`` header at the start of ``handle``."""
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+    else:
+        raise ValueError(f"unsupported .npy format version {version}")
+    return bool(fortran), dtype, tuple(shape)
+
+
 def _fill(handle: io.BufferedIOBase | Any, out: npt.NDArray[Any]) -> None:
     """Read exactly ``out.nbytes`` bytes from ``handle`` into ``out``."""
     total = out.nbytes
@@ -255,3 +292,18 @@ def _fill(handle: io.BufferedIOBase | Any, out: npt.NDArray[Any]) -> None:
             raise ValueError(f"the array data ends after {position} of {total} bytes")
         target[position : position + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
         position += len(chunk)
+
+
+def checked_meta(
+    archive: EpisodeArchive, where: str, episode: int, *, ongoing: bool, required: frozenset[str]
+) -> tuple[EpisodeMeta, frozenset[str]]:
+    """The archive's ``episode/*`` members and fields, which must match its name."""
+    meta = archive.meta()
+    fields = archive.fields
+    if meta.id != episode or meta.ongoing != ongoing or not required <= fields:
+        raise DatasetStateError(
+            f"{where}: its members say episode {meta.id}, ongoing={meta.ongoing}, fields "
+            f"{sorted(fields)}; expected episode {episode}, ongoing={ongoing} and every "
+            "required field. The file is damaged or was renamed"
+        )
+    return meta, fields

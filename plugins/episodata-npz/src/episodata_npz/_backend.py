@@ -3,13 +3,16 @@
 Finalizing an episode writes its archive once (temporary name, fsync, rename, folder
 fsync) and appends one line to ``episodes.jsonl``: nothing whose size grows with the
 number of episodes is rewritten. Ongoing episodes live in memory and are spilled to
-``ongoing/`` by :meth:`flush`. The folder layout is described in
-:mod:`episodata_npz._layout`; opening and recovery in :mod:`episodata_npz._scan`.
+``ongoing/`` by :meth:`flush`, each spill recorded with its checksum in the same log.
+The folder layout is described in :mod:`episodata_npz._layout`; opening and recovery in
+:mod:`episodata_npz._scan`; spills, and what ``open`` does when one is missing or
+damaged, in :mod:`episodata_npz._spills`: the episode is reported lost and keeps its id.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,11 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaError
 from episodata_core.location import fsync_directory, write_atomic
 from episodata_core.protocols import EpisodeRows
+from episodata_npz._agreement import check_logged_length
 from episodata_npz._archive import EpisodeArchive, EpisodeMeta, encode_episode
 from episodata_npz._buffers import DecodedCache, Growable
 from episodata_npz._index import Index, Ongoing
 from episodata_npz._layout import EPISODES, LOG_NAME, ONGOING, CommitLog, LogEntry, file_name
 from episodata_npz._scan import Scanner
+from episodata_npz._spills import write_spill
 from episodata_npz._verify import verify_folder
 
 if TYPE_CHECKING:
@@ -85,7 +90,12 @@ class NpzDirectoryBackend:
         self._writable = writable
         self._index = Index(key for key in self._specs if key in self._optional)
         self._ongoing: dict[int, Ongoing] = {}
-        self._log = CommitLog(root, self._optional)
+        self._lost: dict[
+            int, str
+        ] = {}  # flushed ongoing episodes whose spill is missing or damaged
+        required = [self._specs[key] for key in self._required]
+        self._row_bytes = sum(spec.np_dtype.itemsize * math.prod(spec.shape) for spec in required)
+        self._log = CommitLog(root, self._optional, self._row_bytes)
         self._scanner = Scanner(root, self._specs, self._log)
         self._cache = DecodedCache(options.cache_bytes)
         self._closed = False
@@ -129,6 +139,8 @@ class NpzDirectoryBackend:
                 "or the folder was damaged"
             )
         backend = cls(root, manifest.schema, _options(options), writable=writable)
+        # before any repair or read: an edited manifest or log must not size anything
+        backend._scanner.check_schema()
         if writable:
             backend._scanner.recover()
         backend._scan()
@@ -180,9 +192,9 @@ class NpzDirectoryBackend:
                 self._spill(episode, state, state.num_rows)
 
     def verify(self) -> list[str]:
-        """Re-hash every archive against ``episodes.jsonl``; one line per problem."""
+        """Re-hash every archive and spill against ``episodes.jsonl``; one line per problem."""
         self._check_open()
-        return verify_folder(self._root, self._specs, self._optional)
+        return verify_folder(self._root, self._specs, self._optional, self._row_bytes)
 
     # -- index ----------------------------------------------------------------------------
 
@@ -202,9 +214,7 @@ class NpzDirectoryBackend:
             grow.extend(block)
             buffers[key] = grow
         episode = len(self._index)
-        self._index.put(
-            episode, num_rows - 1, terminated=False, truncated=False, ongoing=True, fields=rows
-        )
+        self._index_ongoing(episode, num_rows - 1, rows)
         self._ongoing[episode] = Ongoing(buffers, num_rows)
         return episode
 
@@ -305,7 +315,8 @@ class NpzDirectoryBackend:
     def _spill(self, episode: int, state: Ongoing, num_rows: int) -> None:
         rows = {key: grow.view()[:num_rows] for key, grow in state.buffers.items()}
         meta = EpisodeMeta(episode, num_rows - 1, terminated=False, truncated=False, ongoing=True)
-        write_atomic(self._root / ONGOING / file_name(episode), self._encode(rows, meta))
+        absent = sorted(self._optional - rows.keys())
+        write_spill(self._root, self._log, episode, self._encode(rows, meta), meta, absent)
         state.durable_rows = num_rows
 
     def _encode(self, rows: Rows, meta: EpisodeMeta) -> bytes:
@@ -387,6 +398,9 @@ class NpzDirectoryBackend:
         state = self._ongoing.get(episode)
         if state is not None:
             return {key: state.buffers[key].view() for key in keys}
+        lost = self._lost.get(episode)
+        if lost is not None:
+            raise DatasetStateError(lost)
         out: dict[str, npt.NDArray[Any]] = {}
         missing = []
         for key in keys:
@@ -405,9 +419,14 @@ class NpzDirectoryBackend:
         out = {}
         try:
             with EpisodeArchive(self._root / where, where, self._specs) as archive:
-                for key in keys:
-                    out[key] = archive.read(key, num_rows)
-                    self._cache.put(episode, key, out[key])
+                try:
+                    for key in keys:
+                        out[key] = archive.read(key, num_rows)
+                        self._cache.put(episode, key, out[key])
+                except DatasetStateError:
+                    # a sound archive that does not fit its log line: the line was edited
+                    check_logged_length(archive, where, self._specs, num_rows - 1)
+                    raise
         except FileNotFoundError as err:
             raise DatasetStateError(
                 f"{where} is missing: episode {episode} was finalized but its archive is "
@@ -432,7 +451,9 @@ class NpzDirectoryBackend:
 
     def _scan(self) -> None:
         """Fold what the folder holds beyond this backend's index into it, in id order."""
-        listing = self._scanner.scan(len(self._index), self._index.ongoing.view(), self._ongoing)
+        listing = self._scanner.scan(
+            len(self._index), self._index.ongoing.view(), self._ongoing, self._lost.keys()
+        )
         for episode in range(listing.top):
             final = listing.finalized.get(episode)
             state = listing.ongoing.get(episode)
@@ -447,15 +468,20 @@ class NpzDirectoryBackend:
                 )
                 self._ongoing.pop(episode, None)
             elif state is not None:
-                self._index.put(
-                    episode,
-                    state.num_rows - 1,
-                    terminated=False,
-                    truncated=False,
-                    ongoing=True,
-                    fields=state.buffers,
-                )
+                self._index_ongoing(episode, state.num_rows - 1, state.buffers)
                 self._ongoing[episode] = state
+                self._lost.pop(episode, None)
+            elif (lost := listing.lost.get(episode)) is not None:
+                # a lost episode stays indexed as ongoing at its recorded length: its id
+                # is taken, and reading it raises the message that says what is wrong
+                self._index_ongoing(episode, lost.length, lost.fields)
+                self._ongoing.pop(episode, None)
+                self._lost[episode] = lost.message
+
+    def _index_ongoing(self, episode: int, length: int, fields: Iterable[str]) -> None:
+        self._index.put(
+            episode, length, terminated=False, truncated=False, ongoing=True, fields=fields
+        )
 
     # -- state checks ---------------------------------------------------------------------
 
@@ -476,6 +502,9 @@ class NpzDirectoryBackend:
         try:
             return self._ongoing[episode]
         except KeyError:
+            lost = self._lost.get(episode)
+            if lost is not None:
+                raise DatasetStateError(f"{lost}. It cannot be resumed or finalized") from None
             raise DatasetStateError(f"episode {episode} is not ongoing") from None
 
 

@@ -67,11 +67,17 @@ class Index:
                 column.data[episode] = value
 
     def table(self) -> EpisodeTable:
-        """Views of every column, valid until the next change."""
+        """Read-only views of every column, valid until the next change."""
         return EpisodeTable(
-            length=self.length.view(),
-            terminated=self.terminated.view(),
-            truncated=self.truncated.view(),
-            ongoing=self.ongoing.view(),
-            present={key: column.view() for key, column in self.present.items()},
+            length=_read_only(self.length.view()),
+            terminated=_read_only(self.terminated.view()),
+            truncated=_read_only(self.truncated.view()),
+            ongoing=_read_only(self.ongoing.view()),
+            present={key: _read_only(column.view()) for key, column in self.present.items()},
         )
+
+
+def _read_only(view: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    # a column is a view of the index itself: a caller must not be able to edit it
+    view.flags.writeable = False
+    return view

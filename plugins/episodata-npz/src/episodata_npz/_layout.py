@@ -16,6 +16,12 @@ opening a dataset reads one small file instead of every archive::
 The archive is renamed into place before its line is appended, so a line never names a
 file that was not written; an archive without a line is a commit interrupted between
 the two steps, and the next writable open hashes it and appends the line.
+
+Each flush of an ongoing episode appends a ``"spill"`` line with the checksum of the
+spill it is about to rename into place (the protocol is in :mod:`episodata_npz._spills`)::
+
+    {"spill":"ongoing/episode_000000043.npz","sha256":"<64 hex>","size":4242,
+     "length":17,"absent":[]}
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from episodata_core.errors import DatasetStateError, EpisodataError
+from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
 from episodata_core.location import inside
 
 if TYPE_CHECKING:
@@ -40,6 +46,7 @@ __all__ = [
     "ONGOING",
     "CommitLog",
     "LogEntry",
+    "SpillEntry",
     "file_name",
     "list_episodes",
     "parse_name",
@@ -55,6 +62,8 @@ _NAME = re.compile(r"episode_([0-9]{9,})\.npz")
 # the temporary names of episodata_core.location.write_atomic for the files written here
 _TEMPORARY = re.compile(r"\.(episode_[0-9]{9,}\.npz|episodes\.jsonl)\.[0-9]+\.tmp")
 _TAIL_CHUNK = 1 << 16
+# deflate codes a 258-byte match in as little as 2 bits: no member expands more than this
+_MAX_EXPANSION = 1032
 
 
 def file_name(episode: int) -> str:
@@ -145,22 +154,43 @@ class LogEntry(BaseModel):
     )
 
 
+class SpillEntry(BaseModel):
+    """A ``"spill"`` line: one flush of an ongoing episode, its checksum and rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    spill: str = Field(description="The spill, relative to the dataset folder.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the spill bytes.")
+    size: int = Field(ge=0, description="Size of the spill in bytes.")
+    length: int = Field(ge=0, description="Transitions flushed so far (rows - 1).")
+    absent: list[str] = Field(
+        default_factory=list, description="Optional fields the episode does not store."
+    )
+
+
 class CommitLog:
     """``episodes.jsonl``, read incrementally and appended to by the one writer.
 
     Only complete lines count: a reader may see a line that the writer is still
     appending, and a killed writer may leave half a line, which the next writable open
     cuts off. Lines that do not parse are skipped and listed in :attr:`problems`.
+
+    ``row_bytes`` is the size of one row of the schema's required fields: a line whose
+    length could not fit in its archive (deflate expands at most 1032-fold) is refused
+    when ``strict``, before anything is sized by that length.
     """
 
-    def __init__(self, root: Path, optional: frozenset[str]) -> None:
+    def __init__(self, root: Path, optional: frozenset[str], row_bytes: int = 0) -> None:
         self.path = root / LOG_NAME
         self._root = root
         self._optional = optional
+        self._row_bytes = row_bytes
         self._offset = 0
         self._lines = 0
         self._fd: int | None = None
         self.entries: dict[int, LogEntry] = {}
+        # the last spill line of each episode that has no "file" line (yet)
+        self.spills: dict[int, SpillEntry] = {}
         self.problems: list[str] = []
         self.partial_tail = False
 
@@ -185,38 +215,75 @@ class CommitLog:
 
     def _parse(self, raw: bytes, *, strict: bool) -> None:
         where = f"{LOG_NAME} line {self._lines}"
+        model: type[LogEntry | SpillEntry] = SpillEntry if raw.startswith(b'{"spill"') else LogEntry
         try:
-            entry = LogEntry.model_validate_json(raw)
+            entry = model.model_validate_json(raw)
         except ValidationError as err:
             self.problems.append(f"{where} is not a valid entry ({err.error_count()} errors)")
             return
+        file = entry.spill if isinstance(entry, SpillEntry) else entry.file
         try:
-            inside(self._root, entry.file)
+            inside(self._root, file)
         except EpisodataError as err:
             if strict:
                 raise DatasetStateError(f"{where}: {err}") from err
             self.problems.append(f"{where}: {err}")
             return
-        folder, _, name = entry.file.partition("/")
+        folder, _, name = file.partition("/")
         episode = parse_name(name)
-        if folder != EPISODES or episode is None:
-            self.problems.append(f"{where} names {entry.file!r}, not an episode archive")
+        if folder != (ONGOING if isinstance(entry, SpillEntry) else EPISODES) or episode is None:
+            self.problems.append(f"{where} names {file!r}, not an episode archive")
             return
         if not set(entry.absent) <= self._optional:
-            self.problems.append(f"{where} lists absent fields that are not optional")
+            required = sorted(set(entry.absent) - self._optional)
+            problem = (
+                f"{where} records that {file} does not store {required}, which the schema "
+                "in manifest.json says are required; the manifest was edited (restore "
+                "optional: true for them) or the line was"
+            )
+            if strict:
+                raise SchemaError(problem)
+            self.problems.append(problem)
+            return
+        if self._row_bytes and entry.length + 1 > _MAX_EXPANSION * entry.size // self._row_bytes:
+            problem = (
+                f"{where} records length {entry.length} for {file}, but {entry.size} bytes "
+                f"cannot hold {entry.length + 1} rows of {self._row_bytes} bytes (the required "
+                "fields of manifest.json's schema); the line or the manifest was edited or "
+                "damaged. Run `episodata verify` on the dataset"
+            )
+            if strict:
+                raise SchemaError(problem)
+            self.problems.append(problem)
+            return
+        if isinstance(entry, SpillEntry):
+            if episode not in self.entries:
+                self.spills[episode] = entry
             return
         previous = self.entries.get(episode)
         if previous is not None and previous != entry:
             self.problems.append(f"{where} records {entry.file} again, differently")
         self.entries[episode] = entry
+        self.spills.pop(episode, None)
 
     def append(self, episode: int, entry: LogEntry) -> None:
         """Append one line and fsync it; on failure the log is cut back to where it was."""
         self.append_many([(episode, entry)])
 
+    def append_spill(self, episode: int, entry: SpillEntry) -> None:
+        """Append one ``"spill"`` line and fsync it; on failure the log is cut back."""
+        self._write((entry.model_dump_json() + "\n").encode(), 1)
+        self.spills[episode] = entry
+
     def append_many(self, entries: Sequence[tuple[int, LogEntry]]) -> None:
         """Append one line per entry with one write and one fsync; all or none on failure."""
         data = b"".join((entry.model_dump_json() + "\n").encode() for _, entry in entries)
+        self._write(data, len(entries))
+        self.entries.update(entries)
+        for episode, _ in entries:
+            self.spills.pop(episode, None)
+
+    def _write(self, data: bytes, lines: int) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -228,8 +295,7 @@ class CommitLog:
             os.ftruncate(self._fd, self._offset)
             raise
         self._offset += len(data)
-        self._lines += len(entries)
-        self.entries.update(entries)
+        self._lines += lines
 
     def repair_tail(self) -> bool:
         """Cut off an incomplete last line (a killed append); whether anything was cut."""

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from episodata_core.errors import DatasetStateError, EpisodataError
+from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
+from episodata_npz._agreement import check_archive
 from episodata_npz._archive import EpisodeArchive
 from episodata_npz._layout import (
     EPISODES,
     LOG_NAME,
     ONGOING,
     CommitLog,
+    LogEntry,
+    SpillEntry,
     file_name,
     list_episodes,
     sha256_file,
     unexpected_names,
 )
+from episodata_npz._spills import decode_spill, find_spill
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,13 +31,14 @@ __all__ = ["verify_folder"]
 
 
 def verify_folder(
-    root: Path, specs: Mapping[str, FieldSpec], optional: frozenset[str]
+    root: Path, specs: Mapping[str, FieldSpec], optional: frozenset[str], row_bytes: int = 0
 ) -> list[str]:
     """One line per damaged, missing, unrecorded or unexpected file; empty when intact.
 
-    Finalized archives are re-hashed against ``episodes.jsonl``; spills of ongoing
-    episodes, which are rewritten at every flush and so have no recorded checksum, are
-    decoded in full, which checks each member's CRC-32.
+    Finalized archives are re-hashed against ``episodes.jsonl`` and their member headers
+    compared with the manifest's schema and the logged length. Spills of ongoing
+    episodes are re-hashed against their last ``"spill"`` line and decoded in full; a
+    recorded spill that is gone is named, since its episode is lost.
     """
     try:
         # list before reading the log: archives are renamed into place before their line
@@ -42,7 +47,7 @@ def verify_folder(
         spills = list_episodes(root, ONGOING)
     except EpisodataError as err:
         return [str(err)]
-    log = CommitLog(root, optional)
+    log = CommitLog(root, optional, row_bytes)
     log.read_new(strict=False)
     problems = list(log.problems)
     if not log.path.is_file():
@@ -72,26 +77,53 @@ def verify_folder(
                 f"{where}: SHA-256 {digest} ({size} bytes) differs from the {entry.sha256} "
                 f"({entry.size} bytes) recorded when it was written; the file is damaged"
             )
+            continue
+        problems.extend(_check_headers(path, where, specs, entry))
     problems.extend(
         f"{log.entries[episode].file}: recorded in {LOG_NAME} but missing"
         for episode in sorted(log.entries.keys() - finals.keys())
     )
-    for episode, path in sorted(spills.items()):
-        if episode not in finals:  # a spill next to its archive is an obsolete leftover
-            problems.extend(_check_spill(path, f"{ONGOING}/{file_name(episode)}", episode, specs))
+    # a spill next to its archive is an obsolete leftover
+    for episode in sorted((spills.keys() | log.spills.keys()) - finals.keys() - log.entries.keys()):
+        problems.extend(_check_spill(root, episode, log.spills.get(episode), specs))
     return problems
 
 
-def _check_spill(path: Path, where: str, episode: int, specs: Mapping[str, FieldSpec]) -> list[str]:
+def _check_headers(
+    path: Path, where: str, specs: Mapping[str, FieldSpec], entry: LogEntry
+) -> list[str]:
     try:
         with EpisodeArchive(path, where, specs) as archive:
-            meta = archive.meta()
-            if meta.id != episode or not meta.ongoing:
-                return [f"{where}: its members say episode {meta.id}, ongoing={meta.ongoing}"]
-            for key in sorted(archive.fields):
-                archive.read(key, meta.length + 1)
+            check_archive(archive, where, specs, length=entry.length, recorded=LOG_NAME)
     except FileNotFoundError:
-        return []  # finalized while we looked
-    except DatasetStateError as err:
+        return [f"{where}: vanished while it was checked"]
+    except (DatasetStateError, SchemaError) as err:
         return [str(err)]
     return []
+
+
+def _check_spill(
+    root: Path, episode: int, record: SpillEntry | None, specs: Mapping[str, FieldSpec]
+) -> list[str]:
+    where = f"{ONGOING}/{file_name(episode)}"
+    found = find_spill(root, episode, record)
+    if found.data is None:
+        if not (root / where).exists() and (root / EPISODES / file_name(episode)).exists():
+            return []  # finalized while we looked
+        return [str(found.problem)]
+    problems = []
+    if record is None:
+        problems.append(
+            f"{where}: no checksum recorded in {LOG_NAME} (written by an older version; a "
+            "writable open records it)"
+        )
+    elif found.source is not None and found.source.name != file_name(episode):
+        problems.append(
+            f"{where}: its last flush is recorded but still under {found.source.name} (a "
+            "writer is between the two steps, or was killed there; a writable open finishes it)"
+        )
+    try:
+        decode_spill(found.data, episode, record, specs)
+    except DatasetStateError as err:
+        problems.append(str(err))
+    return problems

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from episodata_core.errors import MissingDependencyError
 
 if TYPE_CHECKING:
@@ -36,9 +38,23 @@ def batch_to_tensordict(batch: TransitionView, device: Any = None) -> Any:
     ``action``, ``reward``, ``info``, ``next_info``, ``terminated``, ``truncated``,
     ``mask``); dict-shaped roles become nested TensorDicts. The batch size is ``[B, L]``
     for segments and ``[B]`` for transitions.
+
+    The tensors never share memory with the dataset, so in-place tensor ops are safe.
+    A buffer that is a read-only NumPy array may be a view of storage (an episode
+    read, a segment): it is copied on the host first. A writable one is a private
+    copy already (every sampled batch is gathered into fresh arrays; the backend
+    contract says so) and is wrapped without copying.
     """
     torch, tensordict = _import_torch()
-    moved = batch.map(lambda array: torch.as_tensor(array, device=device))
+
+    def convert(array: Any) -> Any:
+        if isinstance(array, np.ndarray) and not array.flags.writeable:
+            # torch cannot make a tensor read-only: sharing this memory would let an
+            # in-place op change every later read of the dataset
+            array = array.copy()
+        return torch.as_tensor(array, device=device)
+
+    moved = batch.map(convert)
     flags = {"terminated": moved.terminated, "truncated": moved.truncated, "mask": moved.mask}
     batch_size = list(moved.mask.shape)
     source: dict[str, Any] = dict(flags)

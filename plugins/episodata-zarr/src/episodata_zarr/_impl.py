@@ -20,6 +20,7 @@ from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.location import inside, write_json_atomic
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
+from episodata_zarr._confine import CheckedChunks, check_array, check_files
 from episodata_zarr._disk import ChunkGuard, remove_leftovers
 from episodata_zarr._layout import (
     COMMIT_NAME,
@@ -35,6 +36,7 @@ from episodata_zarr._layout import (
     metadata_digest,
     spill_group,
 )
+from episodata_zarr._manifest import check_manifest
 from episodata_zarr._options import worker_share
 from episodata_zarr._reads import SpillGoneError, gather_rows, read_rows, result
 from episodata_zarr._table import EpisodeIndex, check_entries
@@ -84,7 +86,8 @@ class ZarrStore:
         self.index_store: Any = None
         self.spills: dict[tuple[int, str], Any] = {}
         self.documents: dict[str, dict[str, Any]] = {}  # data arrays' zarr.json, for spills
-        self.garbage: set[int] = set()  # spill folders of finalized episodes
+        self.spill_contexts: tuple[Any, Any] | None = None  # (parent, uncached child)
+        self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
         self.guard = ChunkGuard()  # what commits may rewrite, as this writer left it
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
@@ -109,7 +112,7 @@ class ZarrStore:
         """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
         spec: dict[str, Any] = {
             "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": f"{inside(self.folder, path)}/"},
+            "kvstore": {"driver": "file", "path": f"{check_array(self.folder, path)}/"},
             # a reopened handle revalidates what was cached before: that is how readers
             # see chunks the writer rewrote
             "recheck_cached_data": "open",
@@ -124,9 +127,35 @@ class ZarrStore:
             spec["create"] = True
         return spec
 
-    def create_array(self, path: str, metadata: dict[str, Any]) -> Any:
-        """A future of a new array at ``path``."""
-        return ts.open(self.spec(path, metadata), context=self.context)
+    def spill_context(self) -> Any:
+        """The context of spill arrays; a writer's has a cache pool of 0 bytes.
+
+        The writer keeps ongoing rows in memory and never reads its spills back: cached,
+        every flushed episode left a decoded chunk per field in the pool (about 1.8 MB
+        each for the example schema, measured), which the pool did not give back. A
+        reader samples ongoing episodes from their spills, so its spills stay cached.
+        """
+        if not self.writable:
+            return self.context
+        if self.spill_contexts is None or self.spill_contexts[0] is not self.context:
+            uncached = ts.Context.Spec({"cache_pool": {"total_bytes_limit": 0}})
+            self.spill_contexts = (self.context, ts.Context(uncached, self.context))
+        return self.spill_contexts[1]
+
+    def create_spill(self, path: str, metadata: dict[str, Any]) -> Any:
+        """A future of a new spill array at ``path``."""
+        return ts.open(self.spec(path, metadata), context=self.spill_context())
+
+    def drop_spill(self, episode: int) -> None:
+        """Forget the spill handles of an episode and remove its spill folder.
+
+        Call it only once a commit record that no longer names the episode as ongoing is
+        on disk: until then, recovery may need those files. Should the removal fail, the
+        next writable open removes the folder (:meth:`recover`).
+        """
+        for key in self.layouts:
+            self.spills.pop((episode, key), None)
+        shutil.rmtree(inside(self.folder, spill_group(episode)), ignore_errors=True)
 
     def open_arrays(self) -> None:
         """(Re)open the data and index arrays; checks what they hold against the layout."""
@@ -166,7 +195,7 @@ class ZarrStore:
         if store is None:
             path = self.layouts[key].spill_path(episode)
             store = result(
-                ts.open(self.spec(path), context=self.context),
+                ts.open(self.spec(path), context=self.spill_context()),
                 f"ongoing episode {episode}: cannot open {path}",
             )
             self.spills[(episode, key)] = store
@@ -232,7 +261,7 @@ class ZarrStore:
 
     def read_document(self, path: str) -> dict[str, Any]:
         """The parsed ``zarr.json`` of the node at ``path``."""
-        file = inside(self.folder, path) / "zarr.json"
+        file = inside(self.folder, f"{path}/zarr.json")
         try:
             document = json.loads(file.read_bytes())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -245,6 +274,7 @@ class ZarrStore:
     def open(cls, location: str, options: ZarrOptions, *, writable: bool) -> ZarrStore:
         """Open a dataset folder; a writable open also recovers after a crashed writer."""
         folder = Path(location)
+        check_files(folder, [COMMIT_NAME, "zarr.json"])  # no link out of the folder is read
         record = read_commit(folder)
         root_file = folder / "zarr.json"
         try:
@@ -262,6 +292,7 @@ class ZarrStore:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise EpisodataError(f"{root_file}: no valid episodata schema ({err})") from err
+        check_manifest(folder, schema)  # before anything is sized or read by either schema
         store = cls(
             folder, schema, field_layouts(schema, options), options, record, writable=writable
         )
@@ -482,7 +513,7 @@ class ZarrStore:
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush a writer, drop spills of finalized episodes, release every handle."""
+        """Flush a writer, trim its arrays, release every handle."""
         if self.closed:
             return
         if self.helper is not None and self.helper[0] == os.getpid():
@@ -491,9 +522,6 @@ class ZarrStore:
         if self.writable and os.getpid() == self.pid:
             self.flush()
             trim(self)
-            for episode in sorted(self.garbage):
-                shutil.rmtree(inside(self.folder, spill_group(episode)), ignore_errors=True)
-            self.garbage.clear()
         self.closed = True
         self.data.clear()
         self.spills.clear()

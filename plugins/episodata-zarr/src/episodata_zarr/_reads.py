@@ -80,6 +80,13 @@ def read_rows(store: ZarrStore, episode: int, start: int, stop: int, fields: Seq
             )
             for key, f in futures.items()
         }
+    for key in fields:
+        store.checked.check_ranges(
+            store.layouts[key].path,
+            store.data[key],
+            np.array([base + start]),
+            np.array([base + stop]),
+        )
     futures = {key: store.data[key][base + start : base + stop].read() for key in fields}
     return {
         key: store.layouts[key].decode(result(f, f"episode {episode}, field {key!r}"))
@@ -138,8 +145,10 @@ def _issue(
     by_index = _INDEX_NS + int(counts.sum()) * (_ROW_NS + _ELEMENT_NS * width)
     if len(plan) > 1 and by_index < _RANGE_NS * len(plan):
         rows = np.unique(_window_rows(starts, counts)[0])
+        store.checked.check_rows(store.layouts[key].path, handle, rows)
         # one read op: TensorStore still reads and decodes each chunk once
         return key, None, [handle.oindex[rows].read()]
+    store.checked.check_ranges(store.layouts[key].path, handle, plan.lo, plan.hi)
     bounds = zip(plan.lo.tolist(), plan.hi.tolist(), strict=True)
     return key, plan, [handle[lo:hi].read() for lo, hi in bounds]
 

@@ -6,7 +6,9 @@
 - the index: every entry against its ``entry_hash``;
 - data: every chunk is decoded (its CRC-32C codec catches damaged bytes), then the rows
   of each finalized episode are checked against the CRC-32 recorded when it was written;
-- ongoing episodes: their flushed rows against the CRC-32s in the commit record.
+- ongoing episodes: their flushed rows against the CRC-32s in the commit record;
+- symbolic links: every link anywhere in the folder that leads out of it;
+- the manifest: its schema against the stored one and the arrays' metadata.
 
 Every read goes to the disk, through fresh handles without a cache: a writer's cache
 holds the chunks as it wrote them, whatever became of the files since.
@@ -24,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import EpisodataError
+from episodata_zarr._confine import outside_links
 from episodata_zarr._disk import chunk_file, open_uncached
 from episodata_zarr._layout import GROUP_DOCUMENT, INDEX_PATH, crc32, metadata_digest, spill_group
+from episodata_zarr._manifest import manifest_problems
 from episodata_zarr._reads import result
 from episodata_zarr._table import entry_hash
 
@@ -40,7 +44,7 @@ __all__ = ["verify"]
 
 def verify(store: ZarrStore) -> list[str]:
     """Describe every damaged file, chunk or episode of ``store``'s folder."""
-    problems = _check_metadata(store)
+    problems = outside_links(store.folder) + _check_metadata(store)
     disk = open_uncached(store, _expected_arrays(store))
     problems += [str(err) for err in disk.values() if isinstance(err, EpisodataError)]
     entries, found = _check_index(store, disk[INDEX_PATH])
@@ -48,6 +52,7 @@ def verify(store: ZarrStore) -> list[str]:
     for key, layout in store.layouts.items():
         problems += _check_field(store, key, layout, entries, disk[layout.path])
     problems += _check_ongoing(store, disk)
+    problems += manifest_problems(store.folder, store.schema)
     return problems
 
 

@@ -100,6 +100,11 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
         rows += count
     if spills:
         entries.append(store.index.ongoing_entries(np.array(spills, dtype=np.int64)))
+    if blocks:  # writes never follow a link out of the folder either (an appended stranger)
+        lo = np.array([start for start, _, _ in blocks], dtype=np.int64)
+        hi = lo + np.array([count for _, count, _ in blocks], dtype=np.int64)
+        for key, handle in store.data.items():
+            store.checked.check_ranges(store.layouts[key].path, handle, lo, hi)
     spill_crc = {e: _spill_crc(store, e) for e in spills}
     ids = [episode for episode, *_ in finals] + spills
     # before anything is written: the writes merge into chunks that hold committed rows
@@ -129,13 +134,13 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
         }
     )
     write_commit(store.folder, new, durable=store.options.fsync)
-    # durable now: the in-memory state may follow
+    # durable now: the in-memory state may follow, and spills that no commit names go
     store.record = new
     for i, (episode, *_) in enumerate(finals):
         store.index.store(episode, entries[i])
         state = store.ongoing.pop(episode, None)
         if state is not None and state.durable:
-            store.garbage.add(episode)
+            store.drop_spill(episode)
     for episode in spills:
         state = store.ongoing[episode]
         state.durable, state.crc32 = len(state), spill_crc[episode]
@@ -196,7 +201,7 @@ def _grow_spill(store: ZarrStore, episode: int) -> list[tuple[_Target, Any]]:
         # the data array's own metadata: same chunks and codecs, and the same checksum
         document = {**store.documents[key]}
         document["shape"] = [count, *document["shape"][1:]]
-        pending.append(((episode, key), store.create_array(path, document)))
+        pending.append(((episode, key), store.create_spill(path, document)))
     return pending
 
 
