@@ -114,7 +114,7 @@ class ChainReport:
     reopen_failures: list[str] = field(default_factory=list)
 
 
-def _check(folder: Path, report: ChainReport) -> None:
+def _check(folder: Path, report: ChainReport, *, append: bool = True) -> None:
     """Reopen (read-only, then writable), compare every reported episode, append one."""
     try:
         reader = ZarrBackend.open(str(folder), ZarrOptions(), writable=False)
@@ -153,9 +153,10 @@ def _check(folder: Path, report: ChainReport) -> None:
         problems = backend.verify()
         if problems:
             report.lost.append(f"after kill {report.kills}: verify: {problems[:3]}")
-        episode = len(table)
-        backend.add_episode(chain_rows(episode, 0), terminated=True, truncated=False)
-        report.finalized[episode] = 0
+        if append:
+            episode = len(table)
+            backend.add_episode(chain_rows(episode, 0), terminated=True, truncated=False)
+            report.finalized[episode] = 0
     finally:
         backend.close()
 
@@ -192,4 +193,5 @@ def run_chain(folder: Path, kills: int, seed: int, **options: Any) -> ChainRepor
                 case ["start", episode, variant_of]:
                     report.started[int(episode)] = int(variant_of)
         _check(folder, report)
+    _check(folder, report, append=False)  # the last append, into what the last kill left
     return report
