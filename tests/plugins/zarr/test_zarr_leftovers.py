@@ -4,7 +4,8 @@ TensorStore's file kvstore writes a key through a temporary file that it renames
 the key. In its default locking mode the temporary is ``<key>.__lock``, which a killed
 writer leaves behind and the next writer used to fill without truncating it (issue 12).
 Two defences, each tested alone here: TensorStore's locking is off in our contexts (the
-temporary is then unique per write), and a writable open removes every leftover.
+temporary is then unique per write), and a writable open removes the leftovers
+wherever a writer writes. Either alone passes the reproduction and the kill chains.
 """
 
 from __future__ import annotations
