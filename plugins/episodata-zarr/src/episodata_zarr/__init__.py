@@ -178,7 +178,11 @@ class ZarrBackend:
         self._store.refresh()
 
     def verify(self) -> list[str]:
-        """Describe every damaged file, chunk or episode; empty when all is intact."""
+        """Describe every damaged file, chunk or episode; empty when all is intact.
+
+        It reads the files on disk, bypassing TensorStore's cache, so a writer's verify
+        sees what happened to them since it wrote them.
+        """
         return self._store.verify()
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from episodata_core.location import inside, write_json_atomic
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
 from episodata_zarr._confine import CheckedChunks, check_array, check_files
+from episodata_zarr._disk import ChunkGuard, remove_leftovers
 from episodata_zarr._layout import (
     COMMIT_NAME,
     FORMAT,
@@ -87,6 +88,7 @@ class ZarrStore:
         self.documents: dict[str, dict[str, Any]] = {}  # data arrays' zarr.json, for spills
         self.spill_contexts: tuple[Any, Any] | None = None  # (parent, uncached child)
         self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
+        self.guard = ChunkGuard()  # what commits may rewrite, as this writer left it
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
         self.closed = False
@@ -99,6 +101,10 @@ class ZarrStore:
             {
                 "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
                 "file_io_sync": self.options.fsync,
+                # one writer holds our own lock; TensorStore's own locking would write
+                # each key through a reused <key>.__lock that a killed writer leaves
+                # half-written, and the next writer fills without truncating it (see _disk)
+                "file_io_locking": {"mode": "none"},
             }
         )
 
@@ -326,6 +332,7 @@ class ZarrStore:
     def recover(self) -> None:
         """Load flushed ongoing episodes into memory and drop what no commit covers."""
         record = self.record
+        remove_leftovers(self)  # TensorStore's temporaries of a killed writer
         for episode, ongoing in sorted(record.ongoing.items()):
             present = self.present_keys(episode)
             rows: dict[str, npt.NDArray[Any]] = {}
@@ -520,9 +527,3 @@ class ZarrStore:
         self.spills.clear()
         self.ongoing.clear()
         self.index_store = None
-
-
-def _expand(store: Any, rows: int) -> Any:
-    """A future of ``store`` grown to ``rows`` rows; only its zarr.json is rewritten."""
-    bounds = [rows, *[None] * (store.rank - 1)]
-    return store.resize(exclusive_max=bounds, resize_metadata_only=True, expand_only=True)

@@ -10,6 +10,8 @@
 - symbolic links: every link anywhere in the folder that leads out of it;
 - the manifest: its schema against the stored one and the arrays' metadata.
 
+Every read goes to the disk, through fresh handles without a cache: a writer's cache
+holds the chunks as it wrote them, whatever became of the files since.
 Problems are collected, never raised, so one report lists all of them.
 """
 
@@ -25,6 +27,7 @@ import numpy as np
 
 from episodata_core.errors import EpisodataError
 from episodata_zarr._confine import outside_links
+from episodata_zarr._disk import chunk_file, open_uncached
 from episodata_zarr._layout import GROUP_DOCUMENT, INDEX_PATH, crc32, metadata_digest, spill_group
 from episodata_zarr._manifest import manifest_problems
 from episodata_zarr._reads import result
@@ -42,11 +45,13 @@ __all__ = ["verify"]
 def verify(store: ZarrStore) -> list[str]:
     """Describe every damaged file, chunk or episode of ``store``'s folder."""
     problems = outside_links(store.folder) + _check_metadata(store)
-    entries, found = _check_index(store)
+    disk = open_uncached(store, _expected_arrays(store))
+    problems += [str(err) for err in disk.values() if isinstance(err, EpisodataError)]
+    entries, found = _check_index(store, disk[INDEX_PATH])
     problems += found
     for key, layout in store.layouts.items():
-        problems += _check_field(store, key, layout, entries)
-    problems += _check_ongoing(store)
+        problems += _check_field(store, key, layout, entries, disk[layout.path])
+    problems += _check_ongoing(store, disk)
     problems += manifest_problems(store.folder, store.schema)
     return problems
 
@@ -104,11 +109,13 @@ def _check_metadata(store: ZarrStore) -> list[str]:
     return problems
 
 
-def _check_index(store: ZarrStore) -> tuple[npt.NDArray[np.int64] | None, list[str]]:
+def _check_index(store: ZarrStore, handle: Any) -> tuple[npt.NDArray[np.int64] | None, list[str]]:
     """The committed index entries (None if unreadable) and their problems."""
     episodes = store.record.episodes
+    if isinstance(handle, EpisodataError):
+        return None, []  # reported already
     try:
-        entries = result(store.index_store[:episodes].read(), f"{INDEX_PATH}")
+        entries = result(handle[:episodes].read(), f"{INDEX_PATH}")
     except EpisodataError as err:
         return None, [f"{INDEX_PATH}: cannot be read ({err})"]
     entries = np.asarray(entries, dtype=np.int64)
@@ -118,19 +125,17 @@ def _check_index(store: ZarrStore) -> tuple[npt.NDArray[np.int64] | None, list[s
     ]
 
 
-def _chunk_file(store: ZarrStore, layout: FieldLayout, handle: Any, row: int) -> str:
-    # default chunk key encoding: c/<row chunk>/0/... ; with sharding, the shard file
-    rows = int(handle.chunk_layout.write_chunk.shape[0])
-    name = str(store.folder / layout.path / "c" / str(row // rows))
-    return name + "/0" * (int(handle.rank) - 1)
-
-
 def _check_field(
-    store: ZarrStore, key: str, layout: FieldLayout, entries: npt.NDArray[np.int64] | None
+    store: ZarrStore,
+    key: str,
+    layout: FieldLayout,
+    entries: npt.NDArray[np.int64] | None,
+    handle: Any,
 ) -> list[str]:
     """Decode every chunk of one field; compare each finalized episode's CRC-32."""
     problems: list[str] = []
-    handle = store.data[key]
+    if isinstance(handle, EpisodataError):
+        return problems  # reported already
     table = store.index.table()
     stored = np.flatnonzero(~table.ongoing[: store.record.episodes])
     if key in table.present:
@@ -151,10 +156,9 @@ def _check_field(
         try:
             rows = np.ascontiguousarray(result(handle[lo:hi].read(), "read"))
         except EpisodataError as err:
-            problems.append(
-                f"field {key!r}: chunk {_chunk_file(store, layout, handle, lo)} (rows {lo}-{hi}) "
-                f"cannot be decoded: {err}"
-            )
+            file = chunk_file(store, layout.path, handle, lo)
+            what = "is missing" if "NOT_FOUND" in str(err) else "cannot be decoded"
+            problems.append(f"field {key!r}: chunk {file} (rows {lo}-{hi}) {what}: {err}")
             unreadable[first:last] = True
             continue
         for i in range(first, last):
@@ -171,13 +175,16 @@ def _check_field(
     return problems
 
 
-def _check_ongoing(store: ZarrStore) -> list[str]:
+def _check_ongoing(store: ZarrStore, disk: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for episode, ongoing in sorted(store.record.ongoing.items()):
         for key in store.present_keys(episode):
+            handle = disk[store.layouts[key].spill_path(episode)]
+            if isinstance(handle, EpisodataError):
+                continue  # reported already
             path = os.fspath(store.folder / store.layouts[key].spill_path(episode))
             try:
-                rows = result(store.spill_store(episode, key)[: ongoing.rows].read(), path)
+                rows = result(handle[: ongoing.rows].read(), path)
             except EpisodataError as err:
                 problems.append(f"ongoing episode {episode}, field {key!r}: {err}")
                 continue

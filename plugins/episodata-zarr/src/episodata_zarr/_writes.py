@@ -106,8 +106,12 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
         for key, handle in store.data.items():
             store.checked.check_ranges(store.layouts[key].path, handle, lo, hi)
     spill_crc = {e: _spill_crc(store, e) for e in spills}
-    _grow(store, rows, episodes, spills)
     ids = [episode for episode, *_ in finals] + spills
+    # before anything is written: the writes merge into chunks that hold committed rows
+    store.guard.check(
+        store, rows=rows, entries=ids, spills=[(e, len(store.ongoing[e])) for e in spills]
+    )
+    _grow(store, rows, episodes, spills)
     futures = _write_blocks(store, blocks)
     futures += [f for e in spills for f in _write_spill(store, e)]
     futures += _write_entries(store, ids, np.concatenate(entries))
@@ -140,6 +144,7 @@ def commit(store: ZarrStore, finals: Sequence[Final], *, flush: bool = False) ->
     for episode in spills:
         state = store.ongoing[episode]
         state.durable, state.crc32 = len(state), spill_crc[episode]
+    store.guard.remember(store)
 
 
 def _spill_crc(store: ZarrStore, episode: int) -> dict[str, int]:
