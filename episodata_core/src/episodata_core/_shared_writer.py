@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from episodata_core.manifest import Manifest
     from episodata_core.protocols import StorageBackend
 
-__all__ = ["SharedWriter", "find_writer", "lease", "open_writer", "register_writer"]
+__all__ = ["SharedWriter", "abandon", "find_writer", "lease", "open_writer", "register_writer"]
 
 # guards _WRITERS and every lease count; reentrant because a garbage collection that
 # runs a finalizer may start while this thread holds it
@@ -33,7 +33,7 @@ _REGISTRY_LOCK = threading.RLock()
 _WRITERS: dict[str, SharedWriter] = {}
 
 
-def _key(folder: str) -> str:
+def _key(folder: str | os.PathLike[str]) -> str:
     # one folder reached through a symlink or a relative path is still one folder
     return os.path.realpath(folder)
 
@@ -127,4 +127,18 @@ def _give_back(writer: SharedWriter) -> None:
             with writer.io_lock:
                 writer.backend.close()
         finally:
+            writer.lock.release()
+
+
+def abandon(folder: str | os.PathLike[str]) -> None:
+    """Drop this process's writer of ``folder`` as a dying process would: unclosed.
+
+    The lock is released and the backend is left as it is, never flushed or closed, so
+    the next writer finds what a killed one leaves. For tests that simulate a crash
+    inside one process; the abandoned handles must not be used again.
+    """
+    with _REGISTRY_LOCK:
+        writer = _WRITERS.pop(_key(folder), None)
+        if writer is not None:
+            writer.pid = -1  # its handles' leases now never close the backend
             writer.lock.release()
