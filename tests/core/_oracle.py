@@ -79,9 +79,7 @@ def assert_dataset(dataset: Dataset, count: int, ongoing: frozenset[int] = froze
 def child(code: str, *args: str, **popen: Any) -> subprocess.Popen[str]:
     """A Python child process running ``code`` with this folder importable."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args], env=env, text=True, **popen
-    )
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, text=True, **popen)
 
 
 def run_child(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +35,7 @@ from episodata_core.errors import DatasetStateError, SchemaError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 BACKENDS = ["zarr", "npz_directory"]
 TOTAL = 40
@@ -143,8 +143,12 @@ def test_an_interrupted_from_episodes_is_marked_and_a_rerun_replaces_it(
 ) -> None:
     path = tmp_path / "ds"
     process = child(
-        CHILD_FROM_EPISODES, str(path), backend, str(TOTAL),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        CHILD_FROM_EPISODES,
+        str(path),
+        backend,
+        str(TOTAL),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     with process:
         _kill_after(process, 12, sig)
@@ -152,7 +156,9 @@ def test_an_interrupted_from_episodes_is_marked_and_a_rerun_replaces_it(
     # info describes it, with one line saying what happened
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
-    line = re.search(r"^incomplete: from_episodes .* interrupted after (\d+) episodes$", out, re.M)
+    line = re.search(
+        r"^incomplete: from_episodes .* interrupted after (\d+) episodes$", out, re.MULTILINE
+    )
     assert line is not None, out
     assert int(line.group(1)) == count
     assert main(["verify", str(path)]) == 1
@@ -160,7 +166,9 @@ def test_an_interrupted_from_episodes_is_marked_and_a_rerun_replaces_it(
     # plain create does not replace it, a rerun of the bulk write does
     with pytest.raises(DatasetStateError, match="marked incomplete"):
         Dataset.create(SCHEMA, str(path), backend=backend)
-    rerun = Dataset.from_episodes((episode(i) for i in range(TOTAL)), SCHEMA, str(path), backend=backend)
+    rerun = Dataset.from_episodes(
+        (episode(i) for i in range(TOTAL)), SCHEMA, str(path), backend=backend
+    )
     rerun.close()
     assert_dataset(Dataset.open(path, read_only=True), TOTAL)
     assert "incomplete" not in json.loads((path / "manifest.json").read_text())
@@ -207,15 +215,22 @@ def test_copy_to_resume_checks_what_it_keeps(backend: str, tmp_path: Path) -> No
     source = Dataset.open(_source(tmp_path / "source"), read_only=True)
     target = tmp_path / "copy"
     with child(
-        CHILD_CLI, "copy", str(source.location), str(target), "--backend", backend, "-q",
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        CHILD_CLI,
+        "copy",
+        str(source.location),
+        str(target),
+        "--backend",
+        backend,
+        "-q",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     ) as process:
         _kill_after(process, 12, signal.SIGKILL)
     other = "npz_directory" if backend == "zarr" else "zarr"
     with pytest.raises(DatasetStateError, match=rf"its backend is '{backend}', not '{other}'"):
         source.copy_to(target, backend=other, resume=True)
     shorter = Dataset.from_episodes([episode(0)], SCHEMA, str(tmp_path / "short"))
-    with pytest.raises(DatasetStateError, match="holds .* episodes, the source only 1"):
+    with pytest.raises(DatasetStateError, match=r"holds \d+ episodes, the source only 1"):
         shorter.copy_to(target, resume=True)
     shorter.close()
     copy = source.copy_to(target, resume=True)
@@ -245,7 +260,9 @@ def test_a_bad_episode_mid_stream_leaves_nothing_and_the_retry_works(
         Dataset.from_episodes(with_bad(3), SCHEMA, str(existing), backend=backend)
     assert list(existing.iterdir()) == []  # the folder was there before: it stays, empty
     for retry in (path, existing):
-        done = Dataset.from_episodes((episode(i) for i in range(TOTAL)), SCHEMA, str(retry), backend=backend)
+        done = Dataset.from_episodes(
+            (episode(i) for i in range(TOTAL)), SCHEMA, str(retry), backend=backend
+        )
         assert_dataset(done, TOTAL)
         done.close()
 
@@ -320,7 +337,12 @@ def test_a_complete_manifest_is_the_format_older_readers_know(tmp_path: Path) ->
     document = json.loads((path / "manifest.json").read_text())
     assert document["format_version"] == 1
     assert sorted(document) == [
-        "backend", "backend_options", "format_version", "metadata", "provenance", "schema"
+        "backend",
+        "backend_options",
+        "format_version",
+        "metadata",
+        "provenance",
+        "schema",
     ]
 
 

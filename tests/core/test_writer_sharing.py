@@ -7,6 +7,7 @@ back are compared with the id-built episodes of ``_oracle``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from typing import TYPE_CHECKING
@@ -85,16 +86,18 @@ def test_an_exception_path_releases_the_lock(stored: str) -> None:
         handle.add_episode(episode(1))
         raise RuntimeError("the user's code fails")
 
-    try:
+    with contextlib.suppress(RuntimeError):
         fails_after_writing()
-    except RuntimeError:
-        pass
     gc.collect()
     assert _child_writes(stored, 2)[0] == 0
-    with pytest.raises(RuntimeError, match="inside with"), Dataset.open(stored) as ds:
-        ds.add_episode(episode(3))
-        raise RuntimeError("inside with")
-    del ds
+
+    def fails_inside_with() -> None:
+        with Dataset.open(stored) as ds:
+            ds.add_episode(episode(3))
+            raise RuntimeError("inside with")
+
+    with pytest.raises(RuntimeError, match="inside with"):
+        fails_inside_with()
     assert _child_writes(stored, 4)[0] == 0
     assert_dataset(Dataset.open(stored, read_only=True), 5)
 

@@ -29,7 +29,7 @@ import numpy as np
 from episodata_core import _shared_writer, hooks, location
 from episodata_core._batching import add_rows, batched_by_bytes, nbytes_of
 from episodata_core._progress import progress_bar
-from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
 from episodata_core.manifest import Incomplete, read_manifest
 from episodata_core.normalize import split_episode, to_rows
 from episodata_core.protocols import EpisodeRows
@@ -138,9 +138,7 @@ def create_at(
             raise
         # from here the handle's lease owns the backend and the lock
         dataset = cls(store, manifest, writer=writer)
-        hooks.get_plugin_manager().hook.before_manifest_written(
-            dataset=dataset, manifest=manifest
-        )
+        hooks.get_plugin_manager().hook.before_manifest_written(dataset=dataset, manifest=manifest)
         dataset._write_manifest()
         location.end_creation(target)
     except BaseException:
@@ -159,8 +157,9 @@ def incomplete_error(
     incomplete = manifest.incomplete
     assert incomplete is not None
     episodes: int | None = None
-    # what is on disk is the truth (the manifest's count is as of the last batch)
-    with contextlib.suppress(Exception):
+    # what is on disk is the truth (the manifest's count is as of the last batch); a
+    # backend that cannot even open leaves the count of the manifest
+    with contextlib.suppress(EpisodataError, OSError, ValueError):
         store = backend_cls.open(folder, options, writable=False)
         try:
             episodes = len(store.episode_table())
@@ -211,6 +210,7 @@ class BulkWrite:
         """Undo (a bad episode: remove what this call created) or leave the mark (Ctrl-C)."""
         dataset = self.dataset
         remove = isinstance(error, Exception) and self.created is not None
+        # best effort: nothing here may hide the error that is on its way to the caller
         if not remove:
             # the mark stays: record the progress so that the message is accurate
             with contextlib.suppress(Exception):

@@ -63,10 +63,17 @@ class SharedWriter:
 
 
 def find_writer(folder: str) -> SharedWriter | None:
-    """This process's writer of ``folder``, if a handle holds one."""
+    """The writer of ``folder`` in this process, if a handle holds one, reserved for a new one.
+
+    The reservation counts as a lease (so a collection in another thread cannot close
+    the writer meanwhile): the caller must :func:`lease` it to its handle at once.
+    """
     with _REGISTRY_LOCK:
         writer = _WRITERS.get(_key(folder))
-        return writer if writer is not None and writer.live else None
+        if writer is None or not writer.live:
+            return None
+        writer.leases += 1
+        return writer
 
 
 def open_writer(
@@ -74,7 +81,7 @@ def open_writer(
 ) -> SharedWriter:
     """The writer of ``folder``: this process's, or a new one (lock taken, backend opened).
 
-    The caller must :func:`lease` it at once. Raises
+    Reserved like :func:`find_writer`'s: the caller must :func:`lease` it at once. Raises
     :class:`~episodata_core.errors.DatasetStateError` when another process writes.
     """
     with _REGISTRY_LOCK:
@@ -96,19 +103,18 @@ def register_writer(
 ) -> SharedWriter:
     """Share a lock and backend that the caller opened (a creation); lease it at once."""
     writer = SharedWriter(folder, lock, backend, manifest)
+    writer.leases = 1  # reserved for the creating handle
     with _REGISTRY_LOCK:
         # an entry left for a folder deleted under a live handle gives way to the new one
         _WRITERS[writer.key] = writer
     return writer
 
 
-def lease(handle: object, writer: SharedWriter) -> weakref.finalize[[SharedWriter], None]:
-    """Count ``handle`` as a user of ``writer`` until it is closed or collected.
+def lease(handle: object, writer: SharedWriter) -> weakref.finalize[[SharedWriter], object]:
+    """Turn the reservation of ``writer`` into ``handle``'s lease, until closed or collected.
 
     Calling the returned finalizer gives the lease back (at most once, whoever calls).
     """
-    with _REGISTRY_LOCK:
-        writer.leases += 1
     return weakref.finalize(handle, _give_back, writer)
 
 

@@ -31,9 +31,8 @@ from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, Vector
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Iterator, Sequence
-
     import weakref
+    from collections.abc import Iterable, Iterator
 
     from pydantic import BaseModel
 
@@ -75,7 +74,7 @@ class Dataset:
         # serializes backend access between the caller's writes and read-ahead threads;
         # replaced by the shared writer's io lock when this handle joins one
         self._io_lock = threading.RLock()
-        self._lease: weakref.finalize[[SharedWriter], None] | None = None
+        self._lease: weakref.finalize[[SharedWriter], object] | None = None
         self._transition_indexes: dict[int, SegmentIndex] = {}
         self._resolved_fields: dict[str | None, tuple[str, ...]] = {}
         self._rng = np.random.default_rng()
@@ -133,10 +132,10 @@ class Dataset:
         options: Mapping[str, Any],
         incomplete: Incomplete | None = None,
     ) -> tuple[Dataset, _bulk.Created | None]:
-        """:meth:`create`; bulk writes pass ``incomplete``, which also lets the creation
-        replace a dataset that an earlier, interrupted bulk write left marked incomplete.
+        """:meth:`create`, and the creation of bulk writes, which pass ``incomplete``.
 
-        Returns the dataset and, for a stored one, what this call created on disk.
+        A bulk write's creation may also replace a dataset that an earlier, interrupted
+        bulk write left marked incomplete. Returns the dataset and, for a stored one, what this call created on disk.
         """
         if not isinstance(schema, DatasetSchema):
             raise SchemaError(
@@ -145,7 +144,7 @@ class Dataset:
             )
         name = backend or ("memory" if path is None else "zarr")
         backend_cls = registry.get_backend(name)
-        backend_options = validate_options(backend_cls, options, f"backend {name!r} option")
+        backend_options = validate_options(backend_cls, dict(options), f"backend {name!r} option")
         manifest = Manifest(
             backend=name,
             backend_options=backend_options.model_dump(mode="json"),

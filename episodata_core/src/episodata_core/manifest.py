@@ -22,7 +22,14 @@ from episodata_core._version import __version__
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.schema import DatasetSchema
 
-__all__ = ["FORMAT_VERSION", "Incomplete", "Manifest", "PluginVersion", "Provenance", "read_manifest"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Incomplete",
+    "Manifest",
+    "PluginVersion",
+    "Provenance",
+    "read_manifest",
+]
 
 FORMAT_VERSION = 1
 """The manifest format this version of episodata writes and reads."""
