@@ -616,21 +616,37 @@ class Dataset:
             return
         backend_cls = type(self._backend)
         options = self._backend_options()
-        writer = _shared_writer.open_writer(
-            folder,
-            lambda: backend_cls.open(folder, options, writable=True),  # type: ignore[attr-defined]
-            self._manifest,
-        )
-        self._join(writer)
+        own = self._backend
+        reopened = False
 
-    def _join(self, writer: SharedWriter) -> None:
-        """Use ``writer``'s backend, manifest and io lock from now on, holding a lease."""
+        def reopen_writable() -> StorageBackend:
+            # the read-only instance goes first: some libraries (h5py) refuse to open a
+            # file for writing while this process has it open for reading
+            nonlocal reopened
+            reopened = True
+            with self._io_lock:
+                own.close()
+                try:
+                    return backend_cls.open(folder, options, writable=True)  # type: ignore[attr-defined, no-any-return]
+                except BaseException:
+                    self._backend = backend_cls.open(folder, options, writable=False)  # type: ignore[attr-defined]
+                    raise
+
+        writer = _shared_writer.open_writer(folder, reopen_writable, self._manifest)
+        # a writer this process had already: the read-only instance is still open
+        self._join(writer, close_own=not reopened)
+
+    def _join(self, writer: SharedWriter, *, close_own: bool = False) -> None:
+        """Use ``writer``'s backend, manifest and io lock from now on, holding a lease.
+
+        ``close_own``: close the backend this handle used until now.
+        """
         with self._io_lock:
             previous = self._backend
             self._backend, self._manifest = writer.backend, writer.manifest
             self._io_lock = writer.io_lock
             self._lease = _shared_writer.lease(self, writer)
-        if previous is not writer.backend:
+        if close_own:
             previous.close()
 
     def _backend_options(self) -> BaseModel:
