@@ -15,7 +15,7 @@ import re
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pytest
@@ -28,14 +28,19 @@ from _oracle import (
     observations,
     steps_of,
 )
+from pydantic import BaseModel, ConfigDict
 
 from episodata import Dataset
+from episodata_core import registry
 from episodata_core.cli import main
 from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.transfer import ImportReport, ImportResult, import_dataset
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from episodata import DatasetSchema
 
 BACKENDS = ["zarr", "npz_directory"]
 TOTAL = 40
@@ -354,3 +359,45 @@ def test_memory_bulk_writes_are_unmarked() -> None:
     assert_dataset(copy, 3)
     assert np.array_equal(copy.episode(2).read().buffers["observation/state"], observations(2))
     assert os.getpid() > 0
+
+
+class StopOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stop_with: str = "none"
+
+
+class StoppingImporter:
+    """Imports oracle episodes 0..9 and stops after 5 as asked (test only)."""
+
+    name: ClassVar[str] = "test-stopping"
+    description: ClassVar[str] = "test importer"
+    Options: ClassVar[type[BaseModel]] = StopOptions
+
+    def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
+        return SCHEMA
+
+    def import_into(self, source: str, dataset: Dataset, options: StopOptions) -> ImportResult:
+        for i in range(10):
+            if i == 5 and options.stop_with == "interrupt":
+                raise KeyboardInterrupt
+            if i == 5 and options.stop_with == "error":
+                raise SchemaError("the source is damaged at episode 5")
+            dataset.add_episode(episode(i))
+        return ImportResult(report=ImportReport(episodes_imported=10), record={})
+
+
+@pytest.mark.usefixtures("isolated_registry")
+def test_an_interrupted_import_is_marked_and_a_failed_one_leaves_nothing(tmp_path: Path) -> None:
+    registry.register_importer(StoppingImporter)
+    path = tmp_path / "imported"
+    with pytest.raises(KeyboardInterrupt):
+        import_dataset("test-stopping", "src.bin", path, stop_with="interrupt")
+    with pytest.raises(DatasetStateError, match=r"incomplete: import from 'src.bin' .* after 5 "):
+        Dataset.open(path)
+    with pytest.raises(SchemaError, match="damaged at episode 5"):
+        import_dataset("test-stopping", "src.bin", path, stop_with="error")
+    # it replaced the incomplete import, then removed its own files; the folder stays
+    assert list(path.iterdir()) == []
+    dataset, _ = import_dataset("test-stopping", "src.bin", path)
+    dataset.close()
+    assert_dataset(Dataset.open(path, read_only=True), 10)
