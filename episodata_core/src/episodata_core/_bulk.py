@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,7 +140,9 @@ def create_at(
         # from here the handle's lease owns the backend and the lock
         dataset = cls(store, manifest, writer=writer)
         hooks.get_plugin_manager().hook.before_manifest_written(dataset=dataset, manifest=manifest)
-        dataset._write_manifest()
+        # a manifest marked incomplete need not survive a power loss: without it the
+        # folder is an unfinished creation, which is replaced all the same
+        dataset._write_manifest(durable=not replacing)
         location.end_creation(target)
     except BaseException:
         if dataset is None:
@@ -183,16 +186,28 @@ def incomplete_error(
 class BulkWrite:
     """A stored dataset being filled by one bulk write; marked incomplete until done."""
 
+    PROGRESS_EVERY = 1.0
+    """Seconds between progress records: short writes need none, long ones a few."""
+
     def __init__(self, dataset: Dataset, created: Created | None) -> None:
         self.dataset = dataset
         self.created = created
+        self._recorded = time.monotonic()
 
-    def progress(self) -> None:
-        """Record how many episodes are durable (a hint for people; open counts the disk)."""
+    def progress(self, *, now: bool = False) -> None:
+        """Record how many episodes are durable, at most every :attr:`PROGRESS_EVERY`.
+
+        A hint for people reading the manifest; ``open`` counts what is on disk.
+        ``now`` records at once.
+        """
         incomplete = self.dataset.manifest.incomplete
-        if incomplete is not None:
-            incomplete.episodes_done = self.dataset.num_episodes
-            self.dataset._write_manifest()
+        if incomplete is None:
+            return
+        if not now and time.monotonic() - self._recorded < self.PROGRESS_EVERY:
+            return
+        incomplete.episodes_done = self.dataset.num_episodes
+        self.dataset._write_manifest(durable=False)
+        self._recorded = time.monotonic()
 
     def finish(self) -> None:
         """Everything is written: make it durable, then clear the mark."""
@@ -214,7 +229,7 @@ class BulkWrite:
         if not remove:
             # the mark stays: record the progress so that the message is accurate
             with contextlib.suppress(Exception):
-                self.progress()
+                self.progress(now=True)
         with contextlib.suppress(Exception):
             dataset.close()
         if remove:

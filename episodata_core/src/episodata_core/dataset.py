@@ -591,13 +591,19 @@ class Dataset:
         )
         self._write_manifest()
 
-    def _write_manifest(self) -> None:
-        """Persist the manifest (stored datasets); handles that share it take turns."""
+    def _write_manifest(self, *, durable: bool = True) -> None:
+        """Persist the manifest (stored datasets); handles that share it take turns.
+
+        ``durable=False`` skips the fsyncs: the file survives a crash of this process,
+        not a power loss (for records that only need the former).
+        """
         folder = self.location
         if folder is not None:
             with self._io_lock:
                 location.write_atomic(
-                    Path(folder) / location.MANIFEST_NAME, self._manifest.to_json().encode()
+                    Path(folder) / location.MANIFEST_NAME,
+                    self._manifest.to_json().encode(),
+                    durable=durable,
                 )
 
     def _prepare_write(self) -> None:

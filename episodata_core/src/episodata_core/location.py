@@ -194,9 +194,13 @@ def creation_state(folder: str | os.PathLike[str]) -> str:
 
 
 def start_creation(folder: str | os.PathLike[str], operation: str) -> None:
-    """Write the creation marker; the caller holds the writer lock of ``folder``."""
+    """Write the creation marker; the caller holds the writer lock of ``folder``.
+
+    Not synced: a power loss that drops it leaves a folder that no creation takes over,
+    which is the safe side.
+    """
     document = {"operation": operation, "pid": os.getpid()}
-    write_json_atomic(Path(folder) / CREATING_NAME, document)
+    write_json_atomic(Path(folder) / CREATING_NAME, document, durable=False)
 
 
 def end_creation(folder: str | os.PathLike[str]) -> None:
