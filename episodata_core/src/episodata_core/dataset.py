@@ -135,7 +135,8 @@ class Dataset:
         """:meth:`create`, and the creation of bulk writes, which pass ``incomplete``.
 
         A bulk write's creation may also replace a dataset that an earlier, interrupted
-        bulk write left marked incomplete. Returns the dataset and, for a stored one, what this call created on disk.
+        bulk write left marked incomplete. Returns the dataset and, for a stored one,
+        what this call created on disk.
         """
         if not isinstance(schema, DatasetSchema):
             raise SchemaError(
@@ -707,7 +708,8 @@ class Dataset:
         folder = self.location
         if folder is None:
             return self
-        return Dataset.open(folder, read_only=True)
+        # this handle has it open already, incomplete or not
+        return Dataset.open(folder, read_only=True, allow_incomplete=True)
 
     def __getstate__(self) -> dict[str, Any]:
         # stored datasets travel as their location and reopen read-only on arrival;
@@ -719,7 +721,7 @@ class Dataset:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "location" in state:
-            opened = Dataset.open(state["location"], read_only=True)
+            opened = Dataset.open(state["location"], read_only=True, allow_incomplete=True)
             self.__dict__.update(opened.__dict__)
         else:
             self.__init__(state["backend"], state["manifest"])  # type: ignore[misc]
