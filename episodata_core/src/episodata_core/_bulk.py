@@ -175,7 +175,8 @@ def incomplete_error(
             "resume=True)), replace it by running the copy again"
         )
     else:
-        fix = f"replace it by running the {incomplete.operation} again with this path"
+        what = {"import": "the import"}.get(incomplete.operation, incomplete.operation)
+        fix = f"replace it by running {what} again with this path"
     return DatasetStateError(
         f"cannot open {folder!r}: incomplete: {incomplete.describe(episodes)}. Its episodes "
         f"are only part of what was meant to be written: {fix}, or pass "
