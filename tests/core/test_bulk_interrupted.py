@@ -401,3 +401,51 @@ def test_an_interrupted_import_is_marked_and_a_failed_one_leaves_nothing(tmp_pat
     dataset, _ = import_dataset("test-stopping", "src.bin", path)
     dataset.close()
     assert_dataset(Dataset.open(path, read_only=True), 10)
+
+
+def _state_after_kill(path: Path, total: int) -> str:
+    """Absent, an unfinished creation, marked incomplete, or complete: never partial."""
+    try:
+        opened = Dataset.open(path, read_only=True)
+    except DatasetStateError as err:
+        message = str(err)
+    else:
+        assert_dataset(opened, total)  # it opens only if every episode is there
+        opened.close()
+        return "complete"
+    state = re.search(
+        r"incomplete: from_episodes|interrupted before its manifest|no such folder", message
+    )
+    assert state is not None, message
+    return state.group(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_from_episodes_killed_at_random_instants_is_never_partial(
+    backend: str, tmp_path: Path
+) -> None:
+    """Kills anywhere, from the start of the process to after the last commit."""
+    rng = np.random.default_rng(12)
+    seen: dict[str, int] = {}
+    for trial in range(12):
+        path = tmp_path / f"trial{trial}"
+        process = child(
+            CHILD_FROM_EPISODES,
+            str(path),
+            backend,
+            "20",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with process:
+            time.sleep(float(rng.uniform(0.5, 3.0)))
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=60)
+        state = _state_after_kill(path, 20)
+        seen[state] = seen.get(state, 0) + 1
+        Dataset.from_episodes(
+            (episode(i) for i in range(20)), SCHEMA, str(path), backend=backend
+        ).close()
+        assert_dataset(Dataset.open(path, read_only=True), 20)
+    print(backend, seen)
