@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+from episodata_core.protocols import SupportsAddEpisodes
 
-__all__ = ["BATCH_BYTES", "batched_by_bytes", "nbytes_of"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from episodata_core.protocols import EpisodeRows, StorageBackend
+
+__all__ = ["BATCH_BYTES", "add_rows", "batched_by_bytes", "nbytes_of"]
 
 BATCH_BYTES = 64 << 20
 """Default bound of one write batch."""
@@ -45,3 +49,15 @@ def batched_by_bytes(
             run, total = [], 0
     if run:
         yield run
+
+
+def add_rows(backend: StorageBackend, episodes: Sequence[EpisodeRows]) -> list[int]:
+    """Checked episodes to ``backend``: in one call where it can take several."""
+    if not episodes:
+        return []
+    if isinstance(backend, SupportsAddEpisodes):
+        return backend.add_episodes(episodes)
+    return [
+        backend.add_episode(new.rows, terminated=new.terminated, truncated=new.truncated)
+        for new in episodes
+    ]

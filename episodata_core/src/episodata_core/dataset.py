@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-import itertools
-import json
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
-from pydantic import ValidationError
 
-from episodata_core import hooks, location, registry
-from episodata_core._batching import BATCH_BYTES, batched_by_bytes, nbytes_of
+from episodata_core import _bulk, _shared_writer, hooks, location, registry
+from episodata_core._batching import BATCH_BYTES, add_rows
 from episodata_core._options import validate_options
-from episodata_core._progress import progress_bar
 from episodata_core._version import __version__
 from episodata_core.episode import Episode
 from episodata_core.errors import DatasetStateError, SchemaError
-from episodata_core.manifest import FORMAT_VERSION, Manifest, PluginVersion, Provenance
+from episodata_core.manifest import Incomplete, Manifest, PluginVersion, Provenance, read_manifest
 from episodata_core.normalize import Alignment, split_episode, to_rows
 from episodata_core.protocols import (
     EpisodeRows,
-    SupportsAddEpisodes,
     SupportsFlush,
     supports_persistence,
 )
@@ -36,11 +31,12 @@ from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, Vector
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Iterator, Sequence
+    import weakref
+    from collections.abc import Iterable, Iterator
 
     from pydantic import BaseModel
 
-    from episodata_core.location import WriterLock
+    from episodata_core._shared_writer import SharedWriter
     from episodata_core.protocols import StorageBackend
     from episodata_core.registry import PluginKind
     from episodata_core.sampling.index import EpisodeFilter, Pad
@@ -48,6 +44,7 @@ if TYPE_CHECKING:
     from episodata_core.views import Transition
     from episodata_core.writers import AutoresetMode
 
+# read_manifest lives in manifest.py; backends import it from here too
 __all__ = ["Dataset", "read_manifest"]
 
 
@@ -57,6 +54,10 @@ class Dataset:
     Create one with :meth:`create` or :meth:`from_episodes`. Reads go through
     :meth:`episode`; writes through :meth:`new_episode` (step by step),
     :meth:`add_episode` (a whole episode at once) or :meth:`add_episodes` (several).
+
+    Handles on one folder in one process share its writer: once one of them writes, or
+    while one does, they use one backend and see one episode table. The writer lock is
+    released when the last of them is closed or garbage-collected.
     """
 
     def __init__(
@@ -64,18 +65,21 @@ class Dataset:
         backend: StorageBackend,
         manifest: Manifest,
         *,
-        lock: WriterLock | None = None,
         read_only: bool = False,
+        writer: SharedWriter | None = None,
     ) -> None:
         self._backend = backend
         self._manifest = manifest
-        self._lock = lock
         self._read_only = read_only
-        # serializes backend access between the caller's writes and read-ahead threads
+        # serializes backend access between the caller's writes and read-ahead threads;
+        # replaced by the shared writer's io lock when this handle joins one
         self._io_lock = threading.RLock()
+        self._lease: weakref.finalize[[SharedWriter], object] | None = None
         self._transition_indexes: dict[int, SegmentIndex] = {}
         self._resolved_fields: dict[str | None, tuple[str, ...]] = {}
         self._rng = np.random.default_rng()
+        if writer is not None:
+            self._join(writer)
 
     # -- creation -------------------------------------------------------------------------
 
@@ -107,12 +111,32 @@ class Dataset:
         Raises
         ------
         DatasetStateError
-            ``path`` already holds files: datasets are never created over anything.
+            ``path`` already holds files: datasets are never created over anything but
+            a creation that was interrupted before it wrote its manifest.
 
         Examples
         --------
         >>> schema = DatasetSchema([FieldSpec("state", shape=(3,), dtype="float32")])
         >>> dataset = Dataset.create(schema)
+        """
+        return cls._create(schema, path, backend=backend, metadata=metadata, options=options)[0]
+
+    @classmethod
+    def _create(
+        cls,
+        schema: DatasetSchema,
+        path: str | os.PathLike[str] | None,
+        *,
+        backend: str | None,
+        metadata: Mapping[str, Any] | None,
+        options: Mapping[str, Any],
+        incomplete: Incomplete | None = None,
+    ) -> tuple[Dataset, _bulk.Created | None]:
+        """:meth:`create`, and the creation of bulk writes, which pass ``incomplete``.
+
+        A bulk write's creation may also replace a dataset that an earlier, interrupted
+        bulk write left marked incomplete. Returns the dataset and, for a stored one,
+        what this call created on disk.
         """
         if not isinstance(schema, DatasetSchema):
             raise SchemaError(
@@ -121,7 +145,7 @@ class Dataset:
             )
         name = backend or ("memory" if path is None else "zarr")
         backend_cls = registry.get_backend(name)
-        backend_options = validate_options(backend_cls, options, f"backend {name!r} option")
+        backend_options = validate_options(backend_cls, dict(options), f"backend {name!r} option")
         manifest = Manifest(
             backend=name,
             backend_options=backend_options.model_dump(mode="json"),
@@ -131,6 +155,7 @@ class Dataset:
                 episodata_version=__version__, plugins=[_plugin_version("backend", name)]
             ),
         )
+        created: _bulk.Created | None = None
         if path is None:
             dataset = cls(backend_cls.create(schema, None, backend_options), manifest)
             hooks.get_plugin_manager().hook.before_manifest_written(
@@ -142,53 +167,35 @@ class Dataset:
                     f"backend {name!r} cannot store a dataset at a path; leave out path= or "
                     "choose a persistent backend such as 'zarr' or 'npz_directory'"
                 )
-            dataset = cls._create_at(
-                location.normalize(path), backend_cls, backend_options, manifest
+            manifest.incomplete = incomplete
+            dataset, created = _bulk.create_at(
+                cls, location.normalize(path), backend_cls, backend_options, manifest
             )
         hooks.get_plugin_manager().hook.after_dataset_created(dataset=dataset)
-        return dataset
-
-    @classmethod
-    def _create_at(
-        cls,
-        folder: str,
-        backend_cls: type[StorageBackend],
-        options: BaseModel,
-        manifest: Manifest,
-    ) -> Dataset:
-        target = Path(folder)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            what = "a dataset" if (target / location.MANIFEST_NAME).exists() else "files"
-            raise DatasetStateError(
-                f"cannot create a dataset at {folder!r}: it already holds {what}. Open it "
-                "with Dataset.open(path), or choose a new path"
-            )
-        target.mkdir(parents=True, exist_ok=True)
-        lock = location.WriterLock(target)
-        lock.acquire()
-        try:
-            store = backend_cls.create(manifest.schema, folder, options)
-            dataset = cls(store, manifest, lock=lock)
-            hooks.get_plugin_manager().hook.before_manifest_written(
-                dataset=dataset, manifest=manifest
-            )
-            # the manifest comes last: a folder without one is an interrupted creation
-            location.write_atomic(target / location.MANIFEST_NAME, manifest.to_json().encode())
-        except BaseException:
-            lock.release()
-            raise
-        return dataset
+        return dataset, created
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, read_only: bool = False, **options: Any
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        allow_incomplete: bool = False,
+        **options: Any,
     ) -> Dataset:
         """Open a stored dataset; the backend comes from its ``manifest.json``.
 
         Readers never block: any number of processes can open and read a dataset. The
         writer lock is taken at the first write, and refused while another process
-        writes. ``read_only=True`` forbids writes. ``options`` override the backend
-        options stored at creation (e.g. cache sizes).
+        writes; handles in this process share it (and, while one of them writes, its
+        backend). ``read_only=True`` forbids writes and always gives a handle of its own.
+        ``options`` override the backend options stored at creation (e.g. cache sizes);
+        a handle that joins this process's writer uses the writer's.
+
+        A dataset whose bulk write (``from_episodes``, a copy, an import) was interrupted
+        is marked incomplete and refused with a :class:`DatasetStateError` that says how
+        to finish or replace it; ``allow_incomplete=True`` opens it anyway, to look at
+        what is there.
         """
         folder = location.normalize(path)
         manifest = read_manifest(folder)
@@ -202,6 +209,11 @@ class Dataset:
             {**manifest.backend_options, **options},
             f"{folder!r}: backend {manifest.backend!r} option",
         )
+        if manifest.incomplete is not None and not allow_incomplete:
+            raise _bulk.incomplete_error(folder, manifest, backend_cls, opts)
+        writer = None if read_only else _shared_writer.find_writer(folder)
+        if writer is not None:
+            return cls(writer.backend, writer.manifest, writer=writer)
         store = backend_cls.open(folder, opts, writable=False)  # type: ignore[attr-defined]
         return cls(store, manifest, read_only=read_only)
 
@@ -219,23 +231,22 @@ class Dataset:
     ) -> Dataset:
         """Create a dataset holding ``episodes`` (bulk dicts, see :meth:`add_episode`).
 
-        The schema is inferred from the first episode unless given.
+        The schema is inferred from the first episode unless given. A stored dataset is
+        marked incomplete until the last episode is written, so an interrupted call
+        (killed, Ctrl-C) leaves a folder that :meth:`open` refuses and that running
+        this again with the same ``path`` replaces. A bad episode raises and removes
+        what this call created.
         """
-        iterator = iter(episodes)
-        first = next(iterator, None)
-        if schema is None:
-            if first is None:
-                raise SchemaError("from_episodes: no episodes to infer a schema from; pass schema=")
-            schema = DatasetSchema.infer(first, alignment=alignment)
-        dataset = cls.create(schema, path, backend=backend, metadata=metadata, **options)
-        if first is None:
-            return dataset
-        everything = itertools.chain([first], iterator)
-        del first  # the first episode need not outlive its write
-        # in memory the bound is 0: every episode is a batch of its own
-        for batch in batched_by_bytes(everything, dataset._batch_bytes(), nbytes_of):
-            dataset._add_validated(batch, alignment, name_items=None)
-        return dataset
+        return _bulk.from_episodes(
+            cls,
+            episodes,
+            schema,
+            path,
+            backend=backend,
+            alignment=alignment,
+            metadata=metadata,
+            options=options,
+        )
 
     # -- properties -----------------------------------------------------------------------
 
@@ -511,7 +522,7 @@ class Dataset:
         if not checked:
             return []
         with self._io_lock:
-            ids = _add_rows(self._backend, checked)
+            ids = add_rows(self._backend, checked)
         for index in ids:
             self._after_episode_written(index)
         return ids
@@ -579,35 +590,71 @@ class Dataset:
         hooks.get_plugin_manager().hook.before_manifest_written(
             dataset=self, manifest=self._manifest
         )
+        self._write_manifest()
+
+    def _write_manifest(self, *, durable: bool = True) -> None:
+        """Persist the manifest (stored datasets); handles that share it take turns.
+
+        ``durable=False`` skips the fsyncs: the file survives a crash of this process,
+        not a power loss (for records that only need the former).
+        """
         folder = self.location
         if folder is not None:
-            location.write_atomic(
-                Path(folder) / location.MANIFEST_NAME, self._manifest.to_json().encode()
-            )
+            with self._io_lock:
+                location.write_atomic(
+                    Path(folder) / location.MANIFEST_NAME,
+                    self._manifest.to_json().encode(),
+                    durable=durable,
+                )
 
     def _prepare_write(self) -> None:
-        """Refuse writes to read-only datasets; take the writer lock on the first write."""
+        """Refuse writes to read-only datasets; join this process's writer on the first write.
+
+        The first handle to write takes the writer lock and opens the backend writable
+        (which recovers from a crashed writer); later handles share both.
+        """
         if self._read_only:
             raise DatasetStateError(
                 f"{self.location!r} was opened with read_only=True; open it again without "
                 "it to write"
             )
         folder = self.location
-        if folder is None or self._lock is not None:
+        if folder is None or self._lease is not None:
             return
-        lock = location.WriterLock(folder)
-        lock.acquire()
-        # reopen writable: the backend recovers from a crashed writer before appending
         backend_cls = type(self._backend)
         options = self._backend_options()
-        self._backend.close()
-        try:
-            self._backend = backend_cls.open(folder, options, writable=True)  # type: ignore[attr-defined]
-        except BaseException:
-            lock.release()
-            self._backend = backend_cls.open(folder, options, writable=False)  # type: ignore[attr-defined]
-            raise
-        self._lock = lock
+        own = self._backend
+        reopened = False
+
+        def reopen_writable() -> StorageBackend:
+            # the read-only instance goes first: some libraries (h5py) refuse to open a
+            # file for writing while this process has it open for reading
+            nonlocal reopened
+            reopened = True
+            with self._io_lock:
+                own.close()
+                try:
+                    return backend_cls.open(folder, options, writable=True)  # type: ignore[attr-defined, no-any-return]
+                except BaseException:
+                    self._backend = backend_cls.open(folder, options, writable=False)  # type: ignore[attr-defined]
+                    raise
+
+        writer = _shared_writer.open_writer(folder, reopen_writable, self._manifest)
+        # a writer this process had already: the read-only instance is still open
+        self._join(writer, close_own=not reopened)
+
+    def _join(self, writer: SharedWriter, *, close_own: bool = False) -> None:
+        """Use ``writer``'s backend, manifest and io lock from now on, holding a lease.
+
+        ``close_own``: close the backend this handle used until now.
+        """
+        with self._io_lock:
+            previous = self._backend
+            self._backend, self._manifest = writer.backend, writer.manifest
+            self._io_lock = writer.io_lock
+            self._lease = _shared_writer.lease(self, writer)
+        if close_own:
+            previous.close()
 
     def _backend_options(self) -> BaseModel:
         backend_cls = type(self._backend)
@@ -622,7 +669,8 @@ class Dataset:
         A no-op for backends that keep nothing on disk.
         """
         if isinstance(self._backend, SupportsFlush):
-            self._backend.flush()
+            with self._io_lock:
+                self._backend.flush()
 
     def refresh(self) -> None:
         """See episodes that another process wrote since this dataset was opened."""
@@ -636,6 +684,7 @@ class Dataset:
         *,
         backend: str | None = None,
         progress: bool = False,
+        resume: bool = False,
         **options: Any,
     ) -> Dataset:
         """Copy every episode to a new dataset, possibly on another backend.
@@ -644,44 +693,23 @@ class Dataset:
         the original. Finalized episodes go to a stored target in batches of about
         64 MiB (one commit each where the backend supports it), so memory stays bounded
         by that or by the largest episode.
+
+        A stored copy is marked incomplete until it is done: an interrupted copy is
+        refused by :meth:`open`, replaced by running the copy again, or finished by
+        ``resume=True``, which keeps the episodes already copied (their lengths and
+        flags must match this dataset's) and copies the rest.
         """
-        target = Dataset.create(
-            self.schema, path, backend=backend, metadata=self._manifest.metadata, **options
+        return _bulk.copy(
+            self, path, backend=backend, progress=progress, resume=resume, options=options
         )
-        table = self._backend.episode_table()
-        count = len(table)
-        keys = self.schema.qualified_keys
-        pending: list[EpisodeRows] = []
-        pending_bytes = 0
-        for index in progress_bar(
-            range(count), enabled=progress, what="episodes", action="copying"
-        ):
-            fields = [key for key in keys if key not in table.present or table.present[key][index]]
-            rows = self._backend.read_rows(index, 0, int(table.length[index]) + 1, fields)
-            if table.ongoing[index]:
-                # ids are kept by writing in order: the batch before this episode goes first
-                _add_rows(target._backend, pending)
-                pending, pending_bytes = [], 0
-                copied = target._backend.start_episode(rows)
-                assert copied == index, "episode ids are kept by copying in order"
-                continue
-            terminated, truncated = bool(table.terminated[index]), bool(table.truncated[index])
-            pending.append(EpisodeRows(rows, terminated=terminated, truncated=truncated))
-            pending_bytes += nbytes_of(rows)
-            if pending_bytes >= target._batch_bytes():
-                _add_rows(target._backend, pending)
-                pending, pending_bytes = [], 0
-        _add_rows(target._backend, pending)
-        assert target.num_episodes == count, "episode ids are kept by copying in order"
-        target.flush()
-        return target
 
     def reopen_for_reading(self) -> Dataset:
         """A fresh read-only handle on the same stored dataset (itself when in memory)."""
         folder = self.location
         if folder is None:
             return self
-        return Dataset.open(folder, read_only=True)
+        # this handle has it open already, incomplete or not
+        return Dataset.open(folder, read_only=True, allow_incomplete=True)
 
     def __getstate__(self) -> dict[str, Any]:
         # stored datasets travel as their location and reopen read-only on arrival;
@@ -693,7 +721,7 @@ class Dataset:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "location" in state:
-            opened = Dataset.open(state["location"], read_only=True)
+            opened = Dataset.open(state["location"], read_only=True, allow_incomplete=True)
             self.__dict__.update(opened.__dict__)
         else:
             self.__init__(state["backend"], state["manifest"])  # type: ignore[misc]
@@ -701,12 +729,17 @@ class Dataset:
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the backend and the writer lock; ongoing episodes stay ongoing."""
+        """Release the backend and the writer lock; ongoing episodes stay ongoing.
+
+        Of several handles on one folder in this process, the last one to close (or be
+        garbage-collected) closes the shared backend and releases the lock.
+        """
         self.flush()
-        self._backend.close()
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease()
+        else:
+            self._backend.close()
         hooks.get_plugin_manager().hook.after_dataset_closed(dataset=self)
 
     def __enter__(self) -> Self:
@@ -714,49 +747,6 @@ class Dataset:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _add_rows(backend: StorageBackend, episodes: Sequence[EpisodeRows]) -> list[int]:
-    """Checked episodes to ``backend``: in one call where it can take several."""
-    if not episodes:
-        return []
-    if isinstance(backend, SupportsAddEpisodes):
-        return backend.add_episodes(episodes)
-    return [
-        backend.add_episode(new.rows, terminated=new.terminated, truncated=new.truncated)
-        for new in episodes
-    ]
-
-
-def read_manifest(folder: str) -> Manifest:
-    """Read and validate ``manifest.json`` of a dataset folder, with errors that say why."""
-    path = Path(folder) / location.MANIFEST_NAME
-    if not path.is_file():
-        hint = (
-            "the folder exists but has no manifest: a creation was interrupted or it is not "
-            "an episodata dataset"
-            if Path(folder).is_dir()
-            else "there is no such folder"
-        )
-        raise DatasetStateError(f"cannot open {folder!r}: {hint}")
-    text = path.read_bytes()
-    try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SchemaError(f"{str(path)!r} is not valid JSON ({err}); the file is damaged") from err
-    version = document.get("format_version") if isinstance(document, dict) else None
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        raise SchemaError(
-            f"{str(path)!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
-            f"episodata ({__version__}) reads; upgrade episodata"
-        )
-    try:
-        return Manifest.model_validate(document)
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
-        )
-        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
 
 
 def _plugin_version(kind: PluginKind, name: str) -> PluginVersion:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -20,18 +21,25 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
+    "CREATING_NAME",
     "LOCK_NAME",
     "MANIFEST_NAME",
     "WriterLock",
+    "clear_folder",
+    "creation_state",
+    "end_creation",
     "fsync_directory",
     "inside",
     "normalize",
+    "start_creation",
     "write_atomic",
     "write_json_atomic",
 ]
 
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".episodata-writer.lock"
+CREATING_NAME = ".episodata-creating"
+"""Written right after the lock when a creation starts, removed once the manifest exists."""
 
 
 def normalize(location: str | os.PathLike[str]) -> str:
@@ -121,9 +129,18 @@ class WriterLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            folder = str(self._path.parent)
+            if holder == str(os.getpid()):
+                # handles of one folder share one lock (see _shared_writer); only a lock
+                # taken outside them, or the folder under a second name, gets here
+                raise DatasetStateError(
+                    f"{folder!r} is already being written by this process (pid {holder}) "
+                    "through another lock on the same folder (a WriterLock of its own, or the "
+                    "folder reached under another name); close that writer first"
+                ) from None
             raise DatasetStateError(
-                f"{str(self._path.parent)!r} is being written by another process (pid "
-                f"{holder}); one writer at a time. Open it with read_only=True to read"
+                f"{folder!r} is being written by another process (pid {holder}); one "
+                "writer at a time. Open it with read_only=True to read"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -148,3 +165,61 @@ class WriterLock:
         traceback: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def creation_state(folder: str | os.PathLike[str]) -> str:
+    """What ``folder`` holds, as a place to create a dataset in.
+
+    ``"absent"``, ``"empty"``, ``"dataset"`` (a manifest: complete or marked incomplete),
+    ``"unfinished"`` (a creation that never wrote its manifest: the marker
+    :data:`CREATING_NAME`, or nothing but the lock and the marker's temporary file) or
+    ``"foreign"`` (anything else: never touched).
+    """
+    target = Path(folder)
+    if not target.exists() and not target.is_symlink():
+        return "absent"
+    if target.is_symlink() or not target.is_dir():
+        return "foreign"
+    names = {entry.name for entry in target.iterdir()}
+    if MANIFEST_NAME in names:
+        return "dataset"
+    if not names:
+        return "empty"
+    if CREATING_NAME in names or all(
+        name == LOCK_NAME or (name.startswith(f".{CREATING_NAME}.") and name.endswith(".tmp"))
+        for name in names
+    ):
+        return "unfinished"
+    return "foreign"
+
+
+def start_creation(folder: str | os.PathLike[str], operation: str) -> None:
+    """Write the creation marker; the caller holds the writer lock of ``folder``.
+
+    Not synced: a power loss that drops it leaves a folder that no creation takes over,
+    which is the safe side.
+    """
+    document = {"operation": operation, "pid": os.getpid()}
+    write_json_atomic(Path(folder) / CREATING_NAME, document, durable=False)
+
+
+def end_creation(folder: str | os.PathLike[str]) -> None:
+    """Remove the creation marker once the manifest exists (a no-op if it is gone)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(Path(folder) / CREATING_NAME)
+
+
+def clear_folder(folder: str | os.PathLike[str]) -> None:
+    """Remove everything in ``folder`` but the writer lock, which the caller holds.
+
+    Only for folders this process has just taken over (an unfinished creation or an
+    incomplete bulk write): symlinks are removed, never followed.
+    """
+    for entry in Path(folder).iterdir():
+        if entry.name == LOCK_NAME:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    fsync_directory(folder)

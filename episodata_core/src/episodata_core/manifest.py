@@ -1,18 +1,42 @@
-"""The manifest: the one document that says what a dataset is and what wrote it."""
+"""The manifest: the one document that says what a dataset is and what wrote it.
+
+Versioning: ``format_version`` goes up when a reader that ignores a new key would
+misread the dataset. A key that only describes a passing state is written only while
+that state holds, so that other manifests stay exactly what older readers accept:
+``incomplete`` is such a key. Readers that do not know it refuse the manifest (every
+model forbids unknown keys), which is the right answer for a dataset whose bulk write
+never finished; later versions must keep reading it.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from episodata_core import location
+from episodata_core._version import __version__
+from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.schema import DatasetSchema
 
-__all__ = ["FORMAT_VERSION", "Manifest", "PluginVersion", "Provenance"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Incomplete",
+    "Manifest",
+    "PluginVersion",
+    "Provenance",
+    "read_manifest",
+]
 
 FORMAT_VERSION = 1
 """The manifest format this version of episodata writes and reads."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class PluginVersion(BaseModel):
@@ -30,10 +54,7 @@ class Provenance(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    created_at: str = Field(
-        default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"),
-        description="Creation time, ISO 8601 in UTC.",
-    )
+    created_at: str = Field(default_factory=_now, description="Creation time, ISO 8601 in UTC.")
     episodata_version: str = Field(default="", description="Version of episodata-core.")
     plugins: list[PluginVersion] = Field(
         default_factory=list, description="Distributions involved in writing."
@@ -41,6 +62,33 @@ class Provenance(BaseModel):
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Tool-specific records, e.g. a pipeline config."
     )
+
+
+class Incomplete(BaseModel):
+    """The mark of a bulk write (``from_episodes``, a copy, an import) that has not finished.
+
+    Present in ``manifest.json`` from the creation until the last episode is written;
+    a dataset that carries it holds only some of what it was meant to.
+    """
+
+    # a later version may record more here; it must still read as incomplete
+    model_config = ConfigDict(extra="allow")
+
+    operation: str = Field(description="What was writing: 'from_episodes', 'copy', 'import'.")
+    started: str = Field(default_factory=_now, description="Start time, ISO 8601 in UTC.")
+    episodes_done: int = Field(
+        default=0, ge=0, description="Episodes known durable at the last progress record."
+    )
+    source: str | None = Field(default=None, description="What was copied or imported.")
+
+    def describe(self, episodes: int | None = None) -> str:
+        """``"<operation> was interrupted after N episodes"``; ``episodes`` counts on disk."""
+        done = self.episodes_done if episodes is None else episodes
+        source = f" from {self.source!r}" if self.source else ""
+        return (
+            f"{self.operation}{source} (started {self.started}) was interrupted after "
+            f"{done} episode{'' if done == 1 else 's'}"
+        )
 
 
 class Manifest(BaseModel):
@@ -60,6 +108,10 @@ class Manifest(BaseModel):
         default_factory=dict, description="Free-form, JSON-serializable dataset metadata."
     )
     provenance: Provenance = Field(default_factory=Provenance, description="What wrote it.")
+    incomplete: Incomplete | None = Field(
+        default=None,
+        description="Set while a bulk write has not finished; absent from complete datasets.",
+    )
 
     @property
     def schema(self) -> DatasetSchema:  # type: ignore[override]
@@ -68,9 +120,53 @@ class Manifest(BaseModel):
 
     def to_json(self) -> str:
         """The manifest as an indented JSON document."""
-        return self.model_dump_json(indent=2, by_alias=True)
+        # a complete manifest carries no 'incomplete' key: older readers accept it as is
+        exclude = {"incomplete"} if self.incomplete is None else None
+        return self.model_dump_json(indent=2, by_alias=True, exclude=exclude)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Manifest:
         """Parse and validate a manifest document."""
         return cls.model_validate_json(text)
+
+
+def read_manifest(folder: str) -> Manifest:
+    """Read and validate ``manifest.json`` of a dataset folder, with errors that say why.
+
+    An incomplete manifest is returned as it is; :meth:`Dataset.open` decides.
+    """
+    path = Path(folder) / location.MANIFEST_NAME
+    if not path.is_file():
+        state = location.creation_state(folder)
+        if state == "unfinished":
+            hint = (
+                "it holds a creation that was interrupted before its manifest was written; "
+                "Dataset.create (or rerunning from_episodes, copy or import) at this path "
+                "takes it over, or delete the folder"
+            )
+        elif Path(folder).is_dir():
+            hint = (
+                "the folder exists but has no manifest: it is not an episodata dataset (or a "
+                "creation by an older episodata was interrupted)"
+            )
+        else:
+            hint = "there is no such folder"
+        raise DatasetStateError(f"cannot open {folder!r}: {hint}")
+    text = path.read_bytes()
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SchemaError(f"{str(path)!r} is not valid JSON ({err}); the file is damaged") from err
+    version = document.get("format_version") if isinstance(document, dict) else None
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise SchemaError(
+            f"{str(path)!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
+            f"episodata ({__version__}) reads; upgrade episodata"
+        )
+    try:
+        return Manifest.model_validate(document)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
+        )
+        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err

@@ -1,24 +1,24 @@
 """Import and export drivers: run an importer or exporter plugin by name.
 
 The drivers own what every importer would otherwise repeat: resolving the plugin and
-validating its options, creating the destination (and removing it again if the import
-fails), checking an appended-to dataset's schema, and recording the import in the
+validating its options, creating the destination (marked incomplete until the import
+is recorded, and removed again if the import fails), checking an appended-to dataset's schema, and recording the import in the
 dataset metadata (``metadata["imports"]``, formats.md §0.2).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from episodata_core import location, registry
+from episodata_core import registry
+from episodata_core._bulk import BulkWrite
 from episodata_core._options import validate_options
 from episodata_core.dataset import Dataset
 from episodata_core.errors import FormatError
+from episodata_core.manifest import Incomplete
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -143,22 +143,28 @@ def import_dataset(
     plugin = importer_cls()
     source_path = os.fspath(source)
     schema: DatasetSchema = plugin.read_schema(source_path, opts)
-    created_at: Path | None = None
+    bulk: BulkWrite | None = None
     if isinstance(destination, Dataset):
         dataset = destination
         _check_same_schema(dataset.schema, schema, source_path)
     else:
-        if destination is not None:
-            created_at = Path(location.normalize(destination))
-        dataset = Dataset.create(schema, destination, backend=backend)
+        # marked incomplete until the import is recorded; a failed import removes it
+        dataset, created = Dataset._create(
+            schema,
+            destination,
+            backend=backend,
+            metadata=None,
+            options={},
+            incomplete=Incomplete(operation="import", source=source_path),
+        )
+        bulk = BulkWrite(dataset, created)
     first = dataset.num_episodes
     try:
         result: ImportResult = plugin.import_into(source_path, dataset, opts)
     except BaseException as err:
-        if created_at is not None:
-            dataset.close()
-            shutil.rmtree(created_at, ignore_errors=True)
-        elif isinstance(destination, Dataset) and dataset.num_episodes > first:
+        if bulk is not None:
+            bulk.fail(err)
+        elif dataset.num_episodes > first:
             err.add_note(
                 f"episodes {first}..{dataset.num_episodes - 1} of the destination were "
                 "written before the failure"
@@ -174,6 +180,8 @@ def import_dataset(
     }
     imports = [*dataset.manifest.metadata.get("imports", []), record]
     dataset.update_metadata({"imports": imports})
+    if bulk is not None:
+        bulk.finish()
     return dataset, result.report
 
 

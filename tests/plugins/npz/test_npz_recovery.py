@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
+from episodata_core import _shared_writer
 from episodata_core.dataset import Dataset
 from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.testing import example_rows, example_schema
@@ -117,7 +118,7 @@ def test_recovered_ongoing_episode_resumes(tmp_path: Path) -> None:
     episode = writer.backend.start_episode({k: v[:4] for k, v in rows.items()})
     writer.flush()
     # the process dies here, without closing; the operating system drops its lock
-    writer._lock.release()  # type: ignore[union-attr]
+    _shared_writer.abandon(folder)
     again = Dataset.open(folder)
     assert again.backend.episode_table().ongoing.tolist() == [False, True]
     resumed = again.resume_episode(episode)

@@ -49,6 +49,8 @@ def describe(dataset: Dataset) -> str:
     terminated = int(np.count_nonzero(table_.terminated & ~table_.ongoing))
     truncated = int(np.count_nonzero(table_.truncated & ~table_.ongoing))
     lines = [f"dataset: {dataset.location or '(in memory)'}"]
+    if manifest.incomplete is not None:
+        lines.append(f"incomplete: {manifest.incomplete.describe(len(table_))}")
     installed = {
         i.name: f"{i.distribution}=={i.version}"
         for i in registry.list_plugins("backend")
@@ -99,7 +101,8 @@ def describe(dataset: Dataset) -> str:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    dataset = Dataset.open(args.path, read_only=True)
+    # an incomplete dataset is described too; its "incomplete:" line says what happened
+    dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
     try:
         print(describe(dataset))
     finally:
@@ -109,10 +112,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     try:
-        dataset = Dataset.open(args.path, read_only=True)
+        dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
     except EpisodataError as err:
         print(f"DAMAGED {args.path}: {err}")
         return 1
+    incomplete = dataset.manifest.incomplete
+    if incomplete is not None:
+        # not damage, but not the dataset it was meant to be either: exit 1 as well
+        print(f"INCOMPLETE {args.path}: {incomplete.describe(dataset.num_episodes)}")
     try:
         if not isinstance(dataset.backend, SupportsVerify):
             raise EpisodataError(
@@ -127,14 +134,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if problems:
         print(f"{len(problems)} problem(s) found in {args.path}")
         return 1
-    print(f"OK {args.path}: manifest, index and checksums of {dataset.num_episodes} episodes")
+    what = f"manifest, index and checksums of {dataset.num_episodes} episodes"
+    if incomplete is not None:
+        print(f"the {what} are intact, but the dataset is incomplete")
+        return 1
+    print(f"OK {args.path}: {what}")
     return 0
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
     source = Dataset.open(args.source, read_only=True)
     try:
-        copy = source.copy_to(args.destination, backend=args.backend, progress=not args.quiet)
+        copy = source.copy_to(
+            args.destination,
+            backend=args.backend,
+            progress=not args.quiet,
+            resume=args.resume,
+        )
         copy.close()
     finally:
         source.close()
@@ -168,7 +184,18 @@ COMMANDS: tuple[Command, ...] = (
             arg("source", help="dataset folder to read"),
             arg("destination", help="new dataset folder to create"),
             arg("--backend", help="backend of the copy (default: zarr)"),
+            arg(
+                "--resume",
+                action="store_true",
+                help="finish an interrupted copy into DESTINATION, keeping what it copied",
+            ),
             arg("-q", "--quiet", action="store_true", help="no progress bar"),
+        ),
+        description=(
+            "Copy a dataset to a new path, possibly on another backend, keeping episode ids, "
+            "flags and ongoing episodes. The copy is marked incomplete until it is done: "
+            "running the same command again replaces an interrupted copy, --resume "
+            "finishes it."
         ),
     ),
 )

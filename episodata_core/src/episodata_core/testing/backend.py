@@ -16,6 +16,7 @@ The expected values in these tests come from the episodes the tests themselves b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -582,17 +583,27 @@ class PersistentBackendTests(BackendTests[B]):
         writer.close()
 
     def test_second_writer_is_refused(self, location: str | None, schema: DatasetSchema) -> None:
+        assert location is not None
         writer = Dataset.create(schema, location, backend=self.backend_cls.name)
+        # a writer in another process is refused, and told who holds the lock
+        second = subprocess.run(
+            [sys.executable, "-c", _SECOND_WRITER, location],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert second.returncode == 3, second.stderr
+        assert f"another process (pid {os.getpid()})" in second.stdout
+        # a second handle in this process shares the writer: same episodes, one lock
         other = self.open_dataset(location)
-        with pytest.raises(DatasetStateError, match="another process"):
-            other.add_episode(_bulk_episode(schema, 2, seed=0))
-        assert other.num_episodes == 0
+        other.add_episode(_bulk_episode(schema, 2, seed=0))
+        assert writer.num_episodes == other.num_episodes == 1
         other.close()
         writer.close()
         # once the first writer is gone, a new one may write
         again = self.open_dataset(location)
         again.add_episode(_bulk_episode(schema, 2, seed=0))
-        assert again.num_episodes == 1
+        assert again.num_episodes == 2
         again.close()
 
     def test_create_over_existing_is_refused(
@@ -779,6 +790,20 @@ def _assert_same_table(actual: EpisodeTable, expected: EpisodeTable) -> None:
 def _crash_episode_rows(schema: DatasetSchema, episode: int) -> Rows:
     return example_rows(schema, 5 + episode % 7, seed=1000 + episode)
 
+
+# A second writer: exits 3 with the refusal on stdout, or 0 if it got the lock.
+_SECOND_WRITER = """
+import sys
+from episodata_core.dataset import Dataset
+from episodata_core.errors import DatasetStateError
+
+dataset = Dataset.open(sys.argv[1])
+try:
+    dataset._prepare_write()
+except DatasetStateError as err:
+    print(err)
+    sys.exit(3)
+"""
 
 # The writer of the crash tests: appends episodes built from their id (so the parent can
 # rebuild every expected row), until killed. Ids that are a multiple of _BATCH_EVERY start
