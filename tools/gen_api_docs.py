@@ -246,6 +246,13 @@ SECTIONS: tuple[Section, ...] = (
                 ),
             ),
             Group(
+                "Helpers for exporter authors",
+                "A folder written aside and published whole, in `episodata_core.exporting`.",
+                tuple(
+                    f"episodata_core.exporting:{name}" for name in ("stage_folder", "StagedFolder")
+                ),
+            ),
+            Group(
                 "Registry",
                 "Entry-point discovery and lookup, in `episodata_core.registry`. Nothing is "
                 "read at import; the first lookup reads the entry points once.",

@@ -10,16 +10,12 @@ The folder is built in ``<out>.partial`` and renamed into place when complete.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from episodata_core import location
-from episodata_core.errors import DatasetStateError
+from episodata_core.exporting import stage_folder
 from episodata_lerobot._import import TASK_KEY
 from episodata_lerobot._plan import Column, Plan, plan_export, provenance
 from episodata_lerobot._stats import aggregate, episode_stats
@@ -27,6 +23,7 @@ from episodata_lerobot._write import VideoWriter, encode_png
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
 
     import numpy.typing as npt
 
@@ -74,16 +71,10 @@ def export_datasets(
 ) -> LeRobotExportReport:
     """Check, write in ``<destination>.partial``, then publish at ``destination``."""
     plan = plan_export(datasets, options)
-    out = Path(location.normalize(destination))
-    partial = out.with_name(out.name + ".partial")
-    _check_destination(out, partial, overwrite=options.overwrite)
-    partial.mkdir(parents=True)
-    try:
+    staged = stage_folder(destination, overwrite=options.overwrite)
+    with staged.writing() as partial:
         frames = _write(partial, plan, options)
-        _publish(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    out = staged.out
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     return LeRobotExportReport(
         destination=str(out),
@@ -93,33 +84,6 @@ def export_datasets(
         final_observations_not_stored=len(plan.episodes),
         files=files,
     )
-
-
-def _check_destination(out: Path, partial: Path, *, overwrite: bool) -> None:
-    if (out.exists() or out.is_symlink()) and not overwrite:
-        raise DatasetStateError(
-            f"the export destination {str(out)!r} already exists; choose a new folder or pass "
-            "overwrite=True to replace it"
-        )
-    if partial.exists() or partial.is_symlink():
-        if not overwrite:
-            raise DatasetStateError(
-                f"{str(partial)!r} exists, left by an interrupted export; delete it or pass overwrite=True"
-            )
-        shutil.rmtree(
-            partial
-        ) if partial.is_dir() and not partial.is_symlink() else partial.unlink()
-
-
-def _publish(partial: Path, out: Path) -> None:
-    if out.exists() or out.is_symlink():  # only with overwrite=True, checked before writing
-        old = out.with_name(f"{out.name}.replaced-{os.getpid()}")
-        os.rename(out, old)
-        os.rename(partial, out)
-        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
-    else:
-        os.rename(partial, out)
-    location.fsync_directory(out.parent)
 
 
 def _frames(dataset: Dataset, position: int, column: Column) -> npt.NDArray[Any]:

@@ -8,18 +8,15 @@ removes the partial folder, so nothing half-written is ever left at ``<out>``.
 
 from __future__ import annotations
 
-import os
-import shutil
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from episodata_core import location
 from episodata_core.dataset import Dataset
-from episodata_core.errors import DatasetStateError, EpisodataWarning, FormatError
+from episodata_core.errors import EpisodataWarning, FormatError
+from episodata_core.exporting import stage_folder
 from episodata_core.transfer import ImportWarningRecord
 from episodata_segments._builder import ArchiveBuilder, LabelJob
 from episodata_segments._layout import field_rules, label_layout
@@ -179,21 +176,15 @@ class OffsetSegmentsExporter:
             else OffsetSegmentsExportOptions.model_validate(options.model_dump(by_alias=True))
         )
         checked = _check_inputs(datasets, opts)
-        out = Path(location.normalize(destination))
-        partial = out.with_name(out.name + ".partial")
-        _check_destination(out, partial, overwrite=opts.overwrite)
+        staged = stage_folder(destination, overwrite=opts.overwrite)
         jobs = [
             _plan_label(label, datasets[label], opts, checked.limits[label])
             for label in checked.labels
         ]
-        partial.mkdir(parents=True)
-        try:
+        with staged.writing() as partial:
             builder = ArchiveBuilder(partial, opts, jobs)
             builder.build()
-            _publish(partial, out)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
+        out = staged.out
         for record in builder.warnings:
             warnings.warn(record.message, EpisodataWarning, stacklevel=3)
         return ExportReport(
@@ -252,24 +243,6 @@ def _check_inputs(datasets: Mapping[str, Dataset], opts: OffsetSegmentsExportOpt
     return _Checked(labels=labels, limits=limits)
 
 
-def _check_destination(out: Path, partial: Path, *, overwrite: bool) -> None:
-    if (out.exists() or out.is_symlink()) and not overwrite:
-        raise DatasetStateError(
-            f"the export destination {str(out)!r} already exists; choose a new folder or pass "
-            "overwrite=True to replace it"
-        )
-    if partial.exists() or partial.is_symlink():
-        if not overwrite:
-            raise DatasetStateError(
-                f"{str(partial)!r} exists, left by an interrupted export; delete it or pass "
-                "overwrite=True"
-            )
-        if partial.is_dir() and not partial.is_symlink():
-            shutil.rmtree(partial)
-        else:
-            partial.unlink()
-
-
 def _plan_label(
     label: str, dataset: Dataset, opts: OffsetSegmentsExportOptions, limit: int | None
 ) -> LabelJob:
@@ -315,19 +288,3 @@ def _plan_label(
         cuts=tuple(cuts),
         file_width=width,
     )
-
-
-def _publish(partial: Path, out: Path) -> None:
-    """Rename the finished archive into place, replacing ``out`` if it exists."""
-    if out.exists() or out.is_symlink():
-        # only reached with overwrite=True (checked before anything was written)
-        old = out.with_name(f"{out.name}.replaced-{os.getpid()}")
-        os.rename(out, old)
-        os.rename(partial, out)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink()
-    else:
-        os.rename(partial, out)
-    location.fsync_directory(out.parent)
