@@ -43,7 +43,7 @@ from episodata_zarr._table import EpisodeIndex, check_entries
 from episodata_zarr._writes import Ongoing, commit, trim
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import numpy.typing as npt
 
@@ -467,21 +467,29 @@ class ZarrStore:
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
         """Rows ``[start, stop)`` of one episode."""
         self.check()
-        try:
-            return read_rows(self, episode, start, stop, fields)
-        except SpillGoneError:
-            # the writer finalized the episode since our last refresh: its prefix is the same
-            self.refresh()
-            return read_rows(self, episode, start, stop, fields)
+        return self._following_finalizes(lambda: read_rows(self, episode, start, stop, fields))
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """A batch of windows, coalesced per chunk."""
         self.check()
-        try:
-            return gather_rows(self, request)
-        except SpillGoneError:
-            self.refresh()
-            return gather_rows(self, request)
+        return self._following_finalizes(lambda: gather_rows(self, request))
+
+    def _following_finalizes(self, read: Callable[[], Rows]) -> Rows:
+        """``read()``, refreshed and retried while spills go because the writer finalized.
+
+        The writer removes an episode's spill at the commit that finalizes it; its rows
+        are then in the data arrays, with the same prefix. A reader may lose that race
+        again after a refresh (another finalize in between), so it retries as long as
+        each refresh finds a newer commit; a spill gone without one is damage and raises.
+        """
+        while True:
+            try:
+                return read()
+            except SpillGoneError:
+                seen = self.record.generation
+                self.refresh()
+                if self.record.generation == seen:
+                    raise
 
     def refresh(self) -> None:
         """Adopt the newest commit: reopen arrays, read new and changed index entries."""
