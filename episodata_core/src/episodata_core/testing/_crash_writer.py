@@ -15,9 +15,10 @@ report file, saying what is now durable; before a write it notes what it is abou
     Before it opens, the writer prints ``ready`` on its standard output once it has
     imported what it needs, and waits for a line on its standard input (so that the
     chain can start it while the previous one still runs).
-``add ID`` / ``batch FIRST COUNT`` / ``start ID``
+``add ID`` / ``batch FIRST COUNT`` / ``start ID`` / ``step ID ROWS`` / ``flush``
     about to write episode ``ID`` whole, episodes ``FIRST..FIRST+COUNT-1`` in one
-    ``add_episodes`` call, or episode ``ID`` started step by step (no guarantee yet).
+    ``add_episodes`` call, to start episode ``ID`` step by step, to append its steps
+    up to row ``ROWS`` (finalizing it at its end), or to flush: intents, no guarantee.
 ``final ID [ID ...]``
     these episodes are finalized and crash-durable (the call returned).
 ``flushed ID:ROWS ...``
@@ -208,18 +209,22 @@ def main(argv: Sequence[str]) -> int:
     while time.monotonic() < deadline:
         choice = rng.random()
         episode = dataset.num_episodes
+        # each intent line goes out once the call's arguments are built, just before the
+        # call, so that a kill timed from it lands inside the call
         if choice < 0.15 and len(ongoing) < _MAX_ONGOING:
+            content = chain_episode(schema, episode)
             report.line("start", episode)
-            ongoing[episode] = (start_episode(dataset, chain_episode(schema, episode)), 1)
+            ongoing[episode] = (start_episode(dataset, content), 1)
         elif choice < 0.35:
+            bulk = bulk_episode(schema, chain_episode(schema, episode))
             report.line("add", episode)
-            added = dataset.add_episode(bulk_episode(schema, chain_episode(schema, episode)))
+            added = dataset.add_episode(bulk)
             assert added == episode, f"add_episode returned {added}, expected {episode}"
             report.line("final", episode)
-        elif choice < 0.45:
-            count = int(rng.integers(2, 5))
-            report.line("batch", episode, count)
+        elif choice < 0.5:
+            count = int(rng.integers(2, 7))
             batch = [bulk_episode(schema, chain_episode(schema, episode + k)) for k in range(count)]
+            report.line("batch", episode, count)
             ids = dataset.add_episodes(batch)
             assert ids == list(range(episode, episode + count)), f"add_episodes returned {ids}"
             report.line("final", *ids)
@@ -228,12 +233,14 @@ def main(argv: Sequence[str]) -> int:
             writer, written = ongoing[episode]
             content = chain_episode(schema, episode)
             stop = min(content.num_rows, written + int(rng.choice([1, 1, 1, 2, 5])))
+            report.line("step", episode, stop)
             if write_steps(writer, schema, content, written, stop):
                 del ongoing[episode]
                 report.line("final", episode)
             else:
                 ongoing[episode] = (writer, stop)
         if flushes and ongoing and rng.random() < 0.2:
+            report.line("flush")
             dataset.flush()
             report.line("flushed", *(f"{e}:{n}" for e, (_, n) in sorted(ongoing.items())))
     return 3  # never killed: the chain treats this as a failure

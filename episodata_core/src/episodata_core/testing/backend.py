@@ -613,13 +613,13 @@ class PersistentBackendTests(BackendTests[B]):
     def test_kill_chain(self, location: str | None, schema: DatasetSchema) -> None:
         """A writer SIGKILLed 10 times in a row on one dataset loses nothing (``crash.py``)."""
         assert location is not None
-        self._kill_chains(location, schema, seeds=chain_seeds([0]), kill_after=(8, 0.03))
+        self._kill_chains(location, schema, seeds=chain_seeds([0]), kill_ops=4)
 
     @pytest.mark.slow
     def test_kill_chains_soak(self, tmp_path: Path, schema: DatasetSchema) -> None:
         """Six chains of 10 kills, writers running longer between kills."""
         seeds = chain_seeds(range(1, 7))
-        self._kill_chains(str(tmp_path / "chain"), schema, seeds=seeds, kill_after=(40, 0.1))
+        self._kill_chains(str(tmp_path / "chain"), schema, seeds=seeds, kill_ops=12)
 
     def _kill_chains(
         self,
@@ -627,7 +627,7 @@ class PersistentBackendTests(BackendTests[B]):
         schema: DatasetSchema,
         *,
         seeds: list[int],
-        kill_after: tuple[int, float],
+        kill_ops: int,
     ) -> None:
         """Run one chain per seed (at ``<base>-<seed>``); print the figures; fail on a loss."""
         chains = []
@@ -638,7 +638,7 @@ class PersistentBackendTests(BackendTests[B]):
                 schema,
                 seed=seed,
                 kills=self.kill_chain_kills,
-                kill_after=kill_after,
+                kill_ops=kill_ops,
                 all_or_none=self.add_episodes_all_or_none,
             )
             record(figures)

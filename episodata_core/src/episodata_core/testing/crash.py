@@ -57,6 +57,8 @@ RECOVERY_KILLS = 0.2
 """The share of kills aimed at the writer's open (and recovery) rather than its writes."""
 
 _SHOWN_PROBLEMS = 8
+_INTENTS = frozenset({"add", "batch", "start", "step", "flush"})
+_OVERSHOOT = 1.25  # some kills land just after a call returned, before its report
 
 
 @dataclasses.dataclass
@@ -158,7 +160,7 @@ def run_kill_chain(
     *,
     seed: int,
     kills: int = 10,
-    kill_after: tuple[int, float] = (8, 0.03),
+    kill_ops: int = 8,
     all_or_none: bool = False,
 ) -> KillChainFigures:
     """Create a dataset at ``location`` and run one kill chain on it.
@@ -172,11 +174,10 @@ def run_kill_chain(
         to it (``<location>-chain.log``, ``-chain-<round>.err``), outside the dataset.
     seed
         Seeds the kill instants and every writer's choice of operations.
-    kill_after
-        ``(ops, seconds)``: a writer that has opened is killed after a random number
-        (below ``ops``) of its calls that returned a guarantee, and then a random delay
-        (below ``seconds``), so that kills land anywhere in the writer's work however
-        fast the machine is.
+    kill_ops
+        A writer that has opened is killed once it has begun a random number (up to
+        ``kill_ops``) of write calls, a random fraction of the way through a typical
+        call of that kind: the kill lands inside a call, however fast the machine is.
     all_or_none
         Whether a crash leaves all of one ``add_episodes`` call's episodes or none.
     """
@@ -186,7 +187,7 @@ def run_kill_chain(
     log = Path(f"{location}-chain.log")
     reported = _Reported()
     rng = np.random.default_rng(seed)
-    open_s = 0.1  # how long the last writer took to open: kills in open aim inside it
+    calls = _CallTimes()
     with contextlib.ExitStack() as writers:
         # the next writer imports while this one writes and the chain checks; it opens
         # the dataset only when told to, after the check
@@ -194,18 +195,16 @@ def run_kill_chain(
         for kill in range(kills):
             writer = upcoming
             in_open = bool(rng.random() < RECOVERY_KILLS)
-            ops = int(rng.integers(0, kill_after[0]))
-            delay = float(rng.uniform(0.0, open_s if in_open else kill_after[1]))
+            ops, fraction = int(rng.integers(1, kill_ops + 1)), float(rng.random())
             writer.go()
             if kill + 1 < kills:
                 upcoming = writers.enter_context(_Writer(location, log, seed, kill + 1))
-            failure = writer.kill(ops=None if in_open else ops, delay=delay)
+            failure = writer.kill(ops=None if in_open else ops, fraction=fraction, calls=calls)
             if failure is not None:
                 figures.failure = f"in round {kill + 1}: {failure}"
                 break
             figures.kills += 1
             figures.kills_in_open += not writer.opened
-            open_s = writer.open_s if writer.open_s is not None else open_s
             reported.read(log)
             checked = time.perf_counter()
             failure = _check_after_kill(location, schema, reported, figures, all_or_none)
@@ -225,6 +224,22 @@ def run_kill_chain(
     return figures
 
 
+class _CallTimes:
+    """How long the writers' calls of each kind take (means, as the chain sees them)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, tuple[float, int]] = {}
+
+    def add(self, kind: str, seconds: float) -> None:
+        total, count = self._sums.get(kind, (0.0, 0))
+        self._sums[kind] = (total + seconds, count + 1)
+
+    def typical(self, kind: str) -> float:
+        """The mean duration of ``kind`` calls; 0.1 s before the first was seen."""
+        total, count = self._sums.get(kind, (0.0, 0))
+        return total / count if count else 0.1
+
+
 class _Writer:
     """One writer process of a chain: started, told to go, then SIGKILLed."""
 
@@ -237,7 +252,6 @@ class _Writer:
         self._process: subprocess.Popen[str] | None = None
         self._went = 0.0
         self.opened = False  # it finished its writable open before the kill
-        self.open_s: float | None = None  # how long that open took, where it was timed
 
     def __enter__(self) -> Self:
         with self._err.open("wb") as stderr:
@@ -268,25 +282,35 @@ class _Writer:
             process.stdin.flush()
         self._went = time.perf_counter()
 
-    def kill(self, *, ops: int | None, delay: float) -> str | None:
+    def kill(self, *, ops: int | None, fraction: float, calls: _CallTimes) -> str | None:
         """SIGKILL it; a failure or None.
 
-        ``ops=None``: ``delay`` s after it went, in its open. Otherwise once it has
-        opened and reported ``ops`` guarantees, ``delay`` s later.
+        ``ops=None``: in its open, ``fraction`` of the way through 1.25 typical opens.
+        Otherwise once it has announced its ``ops``-th write call, ``fraction`` of the way
+        through 1.25 typical calls of that kind (``calls`` learns how long each takes).
         """
         process = self._process
         assert process is not None
         assert process.stdout is not None
         if ops is None:
-            time.sleep(delay)
+            time.sleep(fraction * _OVERSHOOT * calls.typical("open"))
         elif process.stdout.readline().startswith("open"):
-            self.opened, self.open_s = True, time.perf_counter() - self._went
-            while ops > 0:
+            self.opened = True
+            calls.add("open", time.perf_counter() - self._went)
+            kind, began = "", 0.0
+            while True:
                 line = process.stdout.readline()
+                now = time.perf_counter()
                 if not line:
                     break  # it died: the exit code says why
-                ops -= line.startswith(("final", "flushed"))
-            time.sleep(delay)
+                if kind:
+                    calls.add(kind, now - began)  # the call ended at its next line
+                word = line.split()[0]
+                kind, began = (word, now) if word in _INTENTS else ("", now)
+                ops -= bool(kind)
+                if ops <= 0:
+                    time.sleep(fraction * _OVERSHOOT * calls.typical(kind))
+                    break
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         code = process.wait()
