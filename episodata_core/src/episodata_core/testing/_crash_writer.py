@@ -202,7 +202,7 @@ def main(argv: Sequence[str]) -> int:
     ongoing: dict[int, tuple[EpisodeWriter, int]] = {
         int(e): (dataset.resume_episode(int(e)), int(table.length[e]) + 1)
         for e in np.flatnonzero(table.ongoing)
-        if rng.random() < 0.7
+        if rng.random() < 0.85
     }
     flushes = isinstance(dataset.backend, SupportsFlush)
     deadline = time.monotonic() + _LIFETIME_S
@@ -239,7 +239,7 @@ def main(argv: Sequence[str]) -> int:
                 report.line("final", episode)
             else:
                 ongoing[episode] = (writer, stop)
-        if flushes and ongoing and rng.random() < 0.2:
+        if flushes and ongoing and rng.random() < 0.3:
             report.line("flush")
             dataset.flush()
             report.line("flushed", *(f"{e}:{n}" for e, (_, n) in sorted(ongoing.items())))

@@ -28,7 +28,7 @@ from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
 from episodata_core.protocols import EpisodeRows, GatherRequest, StorageBackend, SupportsAddEpisodes
 from episodata_core.registry import get_backend
 from episodata_core.schema import DatasetSchema, FieldSpec
-from episodata_core.testing.crash import chain_seeds, record, run_kill_chain
+from episodata_core.testing.crash import SEEDS_ENV, chain_seeds, record, run_kill_chain
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -644,7 +644,9 @@ class PersistentBackendTests(BackendTests[B]):
             record(figures)
             chains.append(figures)
         failed = [f.summary() for f in chains if f.failure is not None]
-        assert not failed, "\n".join(failed)
+        assert not failed, "\n".join(
+            [*failed, f"replay a chain with {SEEDS_ENV}=<seed> and -k {self.backend_cls.name}"]
+        )
         # a chain that wrote nothing would pass without testing anything
         assert sum(f.reported_finalized for f in chains) > 0, [f.summary() for f in chains]
 

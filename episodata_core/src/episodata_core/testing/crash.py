@@ -20,7 +20,8 @@ At the end a new writer finishes the ongoing episodes and appends one more, and 
 read-only open checks everything again. :class:`KillChainFigures` counts what happened;
 :func:`record` prints them and appends them as one JSON line to the file that the
 environment variable ``EPISODATA_KILL_CHAIN_REPORT`` names. ``EPISODATA_KILL_CHAIN_SEEDS``
-(comma-separated) replaces the chains' seeds, to replay one.
+(comma-separated) replaces the chains' seeds, to replay one: a seed fixes every writer's
+operations and where each kill is aimed; the exact instant depends on the machine.
 """
 
 from __future__ import annotations
