@@ -28,7 +28,13 @@ from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
 from episodata_core.protocols import EpisodeRows, GatherRequest, StorageBackend, SupportsAddEpisodes
 from episodata_core.registry import get_backend
 from episodata_core.schema import DatasetSchema, FieldSpec
-from episodata_core.testing.crash import SEEDS_ENV, chain_seeds, record, run_kill_chain
+from episodata_core.testing.crash import (
+    SEEDS_ENV,
+    chain_kills,
+    chain_seeds,
+    record,
+    run_kill_chain,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -637,7 +643,7 @@ class PersistentBackendTests(BackendTests[B]):
                 f"{base}-{seed}",
                 schema,
                 seed=seed,
-                kills=self.kill_chain_kills,
+                kills=chain_kills(self.kill_chain_kills),
                 kill_ops=kill_ops,
                 all_or_none=self.add_episodes_all_or_none,
             )

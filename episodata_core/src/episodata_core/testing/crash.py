@@ -22,6 +22,7 @@ read-only open checks everything again. :class:`KillChainFigures` counts what ha
 environment variable ``EPISODATA_KILL_CHAIN_REPORT`` names. ``EPISODATA_KILL_CHAIN_SEEDS``
 (comma-separated) replaces the chains' seeds, to replay one: a seed fixes every writer's
 operations and where each kill is aimed; the exact instant depends on the machine.
+``EPISODATA_KILL_CHAIN_KILLS`` makes every chain longer (or shorter).
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ if TYPE_CHECKING:
     from episodata_core.protocols import EpisodeTable, Rows
     from episodata_core.schema import DatasetSchema
 
-__all__ = ["KillChainFigures", "chain_seeds", "record", "run_kill_chain"]
+__all__ = ["KillChainFigures", "chain_kills", "chain_seeds", "record", "run_kill_chain"]
 
 REPORT_ENV = "EPISODATA_KILL_CHAIN_REPORT"
 SEEDS_ENV = "EPISODATA_KILL_CHAIN_SEEDS"
+KILLS_ENV = "EPISODATA_KILL_CHAIN_KILLS"
 RECOVERY_KILLS = 0.2
 """The share of kills aimed at the writer's open (and recovery) rather than its writes."""
 
@@ -103,6 +105,12 @@ def chain_seeds(default: Iterable[int]) -> list[int]:
     """The seeds to run: ``default``, or those that ``EPISODATA_KILL_CHAIN_SEEDS`` lists."""
     given = os.environ.get(SEEDS_ENV, "").strip()
     return [int(s) for s in given.split(",") if s.strip()] if given else list(default)
+
+
+def chain_kills(default: int) -> int:
+    """Kills per chain: ``default``, or what ``EPISODATA_KILL_CHAIN_KILLS`` says."""
+    given = os.environ.get(KILLS_ENV, "").strip()
+    return int(given) if given else default
 
 
 def record(figures: KillChainFigures) -> None:
