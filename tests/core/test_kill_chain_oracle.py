@@ -15,9 +15,10 @@ import pytest
 from episodata_core.dataset import Dataset
 from episodata_core.testing import example_schema
 from episodata_core.testing._crash_writer import (
-    MAX_ROWS,
+    LENGTHS,
     bulk_episode,
     chain_episode,
+    read_variants,
     start_episode,
     write_steps,
 )
@@ -52,11 +53,15 @@ def test_content_follows_from_the_id_alone() -> None:
         lengths.add(first.num_rows)
         absent += "observation/depth" not in first.rows
         flags.add((first.terminated, first.truncated))
-    assert min(lengths) >= 1
-    assert max(lengths) <= MAX_ROWS
-    assert len(lengths) > 10
+    assert lengths <= set(LENGTHS)
+    assert len(lengths) >= 5
     assert 0 < absent < 60
     assert len(flags) == 4
+    # another round writes other rows under the same id
+    for episode in range(10):
+        ours, theirs = chain_episode(schema, episode, 3), chain_episode(schema, episode, 4)
+        state = "observation/state"
+        assert ours.rows[state][:1].tobytes() != theirs.rows[state][:1].tobytes()
     assert (
         chain_episode(schema, 0).rows["observation/state"].tobytes()
         != (
@@ -168,7 +173,7 @@ def test_part_of_an_all_or_none_batch_is_found() -> None:
 
 def test_report_lines_are_read_once_and_whole(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    lines = b"open 0\nadd 0\nfinal 0\nstart 1\nflush\nflushed 1:3\nbatch 2 3\nadd 5\nfin"
+    lines = b"open 0\nadd 0 0\nfinal 0\nstart 1 0\nflush\nflushed 1:3\nbatch 2 3 0\nadd 5 0\nfin"
     log.write_bytes(lines)
     reported = _Reported()
     reported.read(log)
@@ -178,10 +183,12 @@ def test_report_lines_are_read_once_and_whole(tmp_path: Path) -> None:
     assert reported.batches == [(2, 3)]
     # the torn "fin" waits for the rest of its line; a killed whole write frees its id
     with log.open("ab") as out:
-        out.write(b"al 2 3 4\nopen 5\nstart 5\nstep 5 3\nflush\nflushed 1:4 5:3\n")
+        out.write(b"al 2 3 4\nopen 5\nstart 5 1\nstep 5 3\nflush\nflushed 1:4 5:3\n")
     reported.read(log)
     assert reported.final == {0, 2, 3, 4}
     assert reported.whole == {0, 2, 3, 4}
     assert reported.flushed == {1: 4, 5: 3}
     assert reported.batches == []  # only the round just ended can have torn a batch
     assert reported.flushes == 2
+    assert reported.variant == {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 1}
+    assert read_variants(log) == reported.variant

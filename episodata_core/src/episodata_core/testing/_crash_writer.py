@@ -5,7 +5,10 @@ the writer imports neither pytest nor the rest of the kit and starts quickly. It
 the dataset, resumes some of the ongoing episodes it finds, and appends episodes through
 the public API (``add_episode``, ``add_episodes``, step writers with ``flush()`` while
 they are ongoing) until it is killed. The rows and flags of an episode follow from its id
-alone (:func:`chain_episode`), so the parent rebuilds every expected value on its own.
+and its variant, the round that began it (:func:`chain_episode`), so the parent rebuilds
+every expected value on its own. An id whose write a kill cut off is written again by
+the next round with other rows, usually of another size: leftovers of the killed write
+that the next one trusts then show as damage.
 
 After every call that returns a durability guarantee the writer appends one line to the
 report file, saying what is now durable; before a write it notes what it is about to do:
@@ -15,10 +18,11 @@ report file, saying what is now durable; before a write it notes what it is abou
     Before it opens, the writer prints ``ready`` on its standard output once it has
     imported what it needs, and waits for a line on its standard input (so that the
     chain can start it while the previous one still runs).
-``add ID`` / ``batch FIRST COUNT`` / ``start ID`` / ``step ID ROWS`` / ``flush``
-    about to write episode ``ID`` whole, episodes ``FIRST..FIRST+COUNT-1`` in one
-    ``add_episodes`` call, to start episode ``ID`` step by step, to append its steps
-    up to row ``ROWS`` (finalizing it at its end), or to flush: intents, no guarantee.
+``add ID V`` / ``batch FIRST COUNT V`` / ``start ID V`` / ``step ID ROWS`` / ``flush``
+    about to write episode ``ID`` (variant ``V``) whole, episodes ``FIRST..FIRST+COUNT-1``
+    in one ``add_episodes`` call, to start episode ``ID`` step by step, to append its
+    steps up to row ``ROWS`` (finalizing it at its end), or to flush: intents, no
+    guarantee.
 ``final ID [ID ...]``
     these episodes are finalized and crash-durable (the call returned).
 ``flushed ID:ROWS ...``
@@ -48,8 +52,8 @@ if TYPE_CHECKING:
     from episodata_core.schema import DatasetSchema
     from episodata_core.writers import EpisodeWriter
 
-MAX_ROWS = 24
-"""Rows of the longest chain episode (reset row included)."""
+LENGTHS = (1, 2, 4, 9, 24, 60, 150)
+"""Rows of chain episodes (reset row included): very different sizes of writes."""
 
 _CONTENT_SEED = 0xC4A1
 _MAX_ONGOING = 3
@@ -70,15 +74,15 @@ class ChainEpisode:
         return len(next(iter(self.rows.values())))
 
 
-def chain_episode(schema: DatasetSchema, episode: int) -> ChainEpisode:
-    """The rows and flags of chain episode ``episode``, from its id alone.
+def chain_episode(schema: DatasetSchema, episode: int, variant: int = 0) -> ChainEpisode:
+    """The rows and flags of chain episode ``episode`` as round ``variant`` writes it.
 
-    Lengths run from 1 to :data:`MAX_ROWS` rows; optional observation and info fields are
-    absent from about a third of the episodes; row 0 of actions and rewards is zero, as
-    step writers store it.
+    Lengths are one of :data:`LENGTHS`; optional observation and info fields are absent
+    from about a third of the episodes; row 0 of actions and rewards is zero, as step
+    writers store it.
     """
-    rng = np.random.default_rng([_CONTENT_SEED, episode])
-    num_rows = int(rng.integers(1, MAX_ROWS + 1))
+    rng = np.random.default_rng([_CONTENT_SEED, episode, variant])
+    num_rows = int(rng.choice(LENGTHS))
     rows: dict[str, npt.NDArray[Any]] = {}
     for spec in schema:
         # step writers always hold optional action and reward fields, so only these vary
@@ -166,6 +170,22 @@ def _step_dict(by_role: dict[str, dict[str, Any]], flags: dict[str, bool]) -> di
     return step
 
 
+def read_variants(path: str | os.PathLike[str]) -> dict[int, int]:
+    """The variant of every episode a chain's writers began, from their report."""
+    variants: dict[int, int] = {}
+    with open(path, "rb") as report:
+        for line in report:
+            if not line.endswith(b"\n"):
+                break  # torn: it cannot be, but it would mean nothing
+            word, *args = line.split()
+            if word in (b"add", b"start"):
+                variants[int(args[0])] = int(args[1])
+            elif word == b"batch":
+                first, count, variant = map(int, args)
+                variants.update(dict.fromkeys(range(first, first + count), variant))
+    return variants
+
+
 class _Report:
     """Appends whole lines to the report file, one ``write`` each."""
 
@@ -198,6 +218,7 @@ def main(argv: Sequence[str]) -> int:
     schema = dataset.schema
     report.line("open", dataset.num_episodes)
     table = dataset.backend.episode_table()
+    variants = read_variants(report_path)
     # episode -> (writer, rows written); some recovered episodes stay open this round
     ongoing: dict[int, tuple[EpisodeWriter, int]] = {
         int(e): (dataset.resume_episode(int(e)), int(table.length[e]) + 1)
@@ -212,26 +233,30 @@ def main(argv: Sequence[str]) -> int:
         # each intent line goes out once the call's arguments are built, just before the
         # call, so that a kill timed from it lands inside the call
         if choice < 0.15 and len(ongoing) < _MAX_ONGOING:
-            content = chain_episode(schema, episode)
-            report.line("start", episode)
+            variants[episode] = round_
+            content = chain_episode(schema, episode, round_)
+            report.line("start", episode, round_)
             ongoing[episode] = (start_episode(dataset, content), 1)
         elif choice < 0.35:
-            bulk = bulk_episode(schema, chain_episode(schema, episode))
-            report.line("add", episode)
+            bulk = bulk_episode(schema, chain_episode(schema, episode, round_))
+            report.line("add", episode, round_)
             added = dataset.add_episode(bulk)
             assert added == episode, f"add_episode returned {added}, expected {episode}"
             report.line("final", episode)
         elif choice < 0.5:
             count = int(rng.integers(2, 7))
-            batch = [bulk_episode(schema, chain_episode(schema, episode + k)) for k in range(count)]
-            report.line("batch", episode, count)
+            batch = [
+                bulk_episode(schema, chain_episode(schema, episode + k, round_))
+                for k in range(count)
+            ]
+            report.line("batch", episode, count, round_)
             ids = dataset.add_episodes(batch)
             assert ids == list(range(episode, episode + count)), f"add_episodes returned {ids}"
             report.line("final", *ids)
         elif ongoing:
             episode = int(rng.choice(sorted(ongoing)))
             writer, written = ongoing[episode]
-            content = chain_episode(schema, episode)
+            content = chain_episode(schema, episode, variants[episode])
             stop = min(content.num_rows, written + int(rng.choice([1, 1, 1, 2, 5])))
             report.line("step", episode, stop)
             if write_steps(writer, schema, content, written, stop):

@@ -43,7 +43,12 @@ import numpy as np
 from episodata_core.dataset import Dataset
 from episodata_core.protocols import GatherRequest
 from episodata_core.testing import _crash_writer
-from episodata_core.testing._crash_writer import bulk_episode, chain_episode, write_steps
+from episodata_core.testing._crash_writer import (
+    ChainEpisode,
+    bulk_episode,
+    chain_episode,
+    write_steps,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -129,6 +134,7 @@ class _Reported:
     final: set[int] = dataclasses.field(default_factory=set)
     flushed: dict[int, int] = dataclasses.field(default_factory=dict)  # episode -> rows
     whole: set[int] = dataclasses.field(default_factory=set)  # last written by add_episode(s)
+    variant: dict[int, int] = dataclasses.field(default_factory=dict)  # episode -> variant
     batches: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     flushes: int = 0
     offset: int = 0
@@ -142,13 +148,16 @@ class _Reported:
             word, *args = line.split()
             if word == "add":
                 self.whole.add(int(args[0]))
+                self.variant[int(args[0])] = int(args[1])
             elif word == "start":
                 # an id whose whole write died before it committed is free for the next one
                 self.whole.discard(int(args[0]))
+                self.variant[int(args[0])] = int(args[1])
             elif word == "batch":
-                first, count = int(args[0]), int(args[1])
+                first, count, variant = map(int, args)
                 self.batches.append((first, count))
                 self.whole.update(range(first, first + count))
+                self.variant.update(dict.fromkeys(range(first, first + count), variant))
             elif word == "final":
                 self.final.update(map(int, args))
             elif word == "flushed":
@@ -160,6 +169,10 @@ class _Reported:
 
     def durable(self) -> set[int]:
         return self.final | set(self.flushed)
+
+    def content(self, schema: DatasetSchema, episode: int) -> ChainEpisode:
+        """What episode ``episode`` holds when whole, as the round that began it wrote it."""
+        return chain_episode(schema, episode, self.variant.get(episode, 0))
 
 
 def run_kill_chain(
@@ -371,13 +384,14 @@ def _finish(
         dataset = Dataset.open(location)
         table = dataset.backend.episode_table()
         for episode in np.flatnonzero(table.ongoing).tolist():
-            content = chain_episode(schema, episode)
+            content = reported.content(schema, episode)
             writer = dataset.resume_episode(episode)
             write_steps(writer, schema, content, int(table.length[episode]) + 1, content.num_rows)
             reported.final.add(episode)
         new = dataset.num_episodes
         reported.whole.add(new)
-        dataset.add_episode(bulk_episode(schema, chain_episode(schema, new)))
+        reported.variant[new] = 1 << 20  # a variant no writer round uses
+        dataset.add_episode(bulk_episode(schema, reported.content(schema, new)))
         reported.final.add(new)
         dataset.close()
     except Exception as error:  # noqa: BLE001 (a writer that cannot append is a finding)
@@ -476,7 +490,7 @@ def _check_episode(
     episode: int,
 ) -> str | None:
     """What is wrong with one stored episode, or None."""
-    content = chain_episode(schema, episode)
+    content = reported.content(schema, episode)
     kept = int(table.length[episode]) + 1
     if bool(table.ongoing[episode]):
         if episode in reported.final:
