@@ -18,10 +18,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -33,6 +31,13 @@ from episodata_core.errors import DatasetStateError, EpisodataError, SchemaError
 from episodata_core.protocols import EpisodeRows, GatherRequest, StorageBackend, SupportsAddEpisodes
 from episodata_core.registry import get_backend
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_core.testing.crash import (
+    SEEDS_ENV,
+    chain_kills,
+    chain_seeds,
+    record,
+    run_kill_chain,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -485,8 +490,12 @@ class BackendTests(Generic[B]):
 class PersistentBackendTests(BackendTests[B]):
     """:class:`BackendTests` plus persistence, recovery and concurrency.
 
-    Subclasses provide the ``location`` fixture (a path that does not exist yet).
+    Subclasses provide the ``location`` fixture (a path that does not exist yet). The kill
+    chains (``episodata_core.testing.crash``) print their figures; ``pytest -s`` shows them.
     """
+
+    kill_chain_kills: ClassVar[int] = 10
+    """SIGKILLs in a row on one dataset, per chain."""
 
     @pytest.fixture
     def location(self, tmp_path: Path) -> str | None:
@@ -620,67 +629,45 @@ class PersistentBackendTests(BackendTests[B]):
             reader.add_episode(_bulk_episode(schema, 2, seed=0))
         reader.close()
 
-    def test_killed_writer_recovers(self, location: str | None, schema: DatasetSchema) -> None:
-        self._crash_trials(location, schema, trials=3)
+    def test_kill_chain(self, location: str | None, schema: DatasetSchema) -> None:
+        """A writer SIGKILLed 10 times in a row on one dataset loses nothing (``crash.py``)."""
+        assert location is not None
+        self._kill_chains(location, schema, seeds=chain_seeds([0]), kill_ops=4)
 
     @pytest.mark.slow
-    def test_killed_writer_recovers_soak(self, tmp_path: Path, schema: DatasetSchema) -> None:
-        for trial in range(50):
-            self._crash_trials(str(tmp_path / f"trial{trial}"), schema, trials=1, seed=trial)
+    def test_kill_chains_soak(self, tmp_path: Path, schema: DatasetSchema) -> None:
+        """Six chains of 10 kills, writers running longer between kills."""
+        seeds = chain_seeds(range(1, 7))
+        self._kill_chains(str(tmp_path / "chain"), schema, seeds=seeds, kill_ops=12)
 
-    def _crash_trials(
-        self, location: str | None, schema: DatasetSchema, *, trials: int, seed: int = 0
+    def _kill_chains(
+        self,
+        base: str,
+        schema: DatasetSchema,
+        *,
+        seeds: list[int],
+        kill_ops: int,
     ) -> None:
-        """SIGKILL a writer process at random moments; every finalized episode survives.
-
-        Recovered ongoing episodes hold a prefix of their rows; the test ends them and
-        remembers how many rows they kept, so later trials expect exactly that prefix.
-        """
-        assert location is not None
-        Dataset.create(schema, location, backend=self.backend_cls.name).close()
-        rng = np.random.default_rng(seed)
-        ended: dict[int, int] = {}  # episode -> rows it kept when a trial ended it
-        for trial in range(trials):
-            before = self.open_dataset(location, read_only=True)
-            first = before.num_episodes
-            before.close()
-            with subprocess.Popen(
-                [sys.executable, "-c", _CRASH_WRITER, location, str(first)],
-                stdout=subprocess.PIPE,
-                text=True,
-            ) as process:
-                assert process.stdout is not None
-                # wait until the writer is busy, then kill it somewhere in its work
-                assert process.stdout.readline().strip() == "ready", f"trial {trial}"
-                time.sleep(float(rng.uniform(0.0, 0.4)))
-                process.send_signal(signal.SIGKILL)
-                process.wait()
-            reopened = self.open_dataset(location)
-            table = reopened.backend.episode_table()
-            assert int(np.count_nonzero(~table.ongoing)) >= first, "a finalized episode was lost"
-            if self.add_episodes_all_or_none:
-                # this trial's writer began a batch at every multiple of _BATCH_EVERY >= first
-                start = len(table) - len(table) % _BATCH_EVERY
-                assert not (start >= first and 0 < len(table) - start < _BATCH_SIZE), (
-                    f"trial {trial}: {len(table) - start} of the {_BATCH_SIZE} episodes of "
-                    f"the batch from episode {start} survived; expected all or none"
-                )
-            for episode in range(len(table)):
-                expected = dict(_crash_episode_rows(reopened.schema, episode))
-                if table.ongoing[episode] or episode in ended:
-                    # an ongoing episode is recovered to a prefix of what was written
-                    kept = ended.get(episode, int(table.length[episode]) + 1)
-                    expected = {k: v[:kept] for k, v in expected.items()}
-                self.assert_episode(reopened.backend, episode, expected)  # type: ignore[arg-type]
-            for episode in np.flatnonzero(table.ongoing).tolist():
-                ended[episode] = int(table.length[episode]) + 1
-                reopened.resume_episode(episode).end(truncated=True)
-            reopened._prepare_write()  # the writable open that recovers
-            verify = getattr(reopened.backend, "verify", None)
-            if verify is not None:
-                # after a writable open has recovered, nothing is damaged
-                assert verify() == [], f"trial {trial}"
-            reopened.close()
+        """Run one chain per seed (at ``<base>-<seed>``); print the figures; fail on a loss."""
+        chains = []
+        for seed in seeds:
+            figures = run_kill_chain(
+                self.backend_cls.name,
+                f"{base}-{seed}",
+                schema,
+                seed=seed,
+                kills=chain_kills(self.kill_chain_kills),
+                kill_ops=kill_ops,
+                all_or_none=self.add_episodes_all_or_none,
+            )
+            record(figures)
+            chains.append(figures)
+        failed = [f.summary() for f in chains if f.failure is not None]
+        assert not failed, "\n".join(
+            [*failed, f"replay a chain with {SEEDS_ENV}=<seed> and -k {self.backend_cls.name}"]
+        )
+        # a chain that wrote nothing would pass without testing anything
+        assert sum(f.reported_finalized for f in chains) > 0, [f.summary() for f in chains]
 
     def test_verify_finds_a_flipped_byte(
         self, location: str | None, schema: DatasetSchema, tmp_path: Path
@@ -787,10 +774,6 @@ def _assert_same_table(actual: EpisodeTable, expected: EpisodeTable) -> None:
         np.testing.assert_array_equal(actual.present[key], present, key)
 
 
-def _crash_episode_rows(schema: DatasetSchema, episode: int) -> Rows:
-    return example_rows(schema, 5 + episode % 7, seed=1000 + episode)
-
-
 # A second writer: exits 3 with the refusal on stdout, or 0 if it got the lock.
 _SECOND_WRITER = """
 import sys
@@ -803,43 +786,4 @@ try:
 except DatasetStateError as err:
     print(err)
     sys.exit(3)
-"""
-
-# The writer of the crash tests: appends episodes built from their id (so the parent can
-# rebuild every expected row), until killed. Ids that are a multiple of _BATCH_EVERY start
-# a batch of _BATCH_SIZE through Dataset.add_episodes; of the others, odd ones are added
-# whole and even ones step by step with flushes.
-_BATCH_EVERY, _BATCH_SIZE = 6, 3
-_CRASH_WRITER = """
-import sys
-from episodata_core.dataset import Dataset
-from episodata_core.testing.backend import (
-    _BATCH_EVERY, _BATCH_SIZE, _bulk_from_rows, _crash_episode_rows
-)
-
-dataset = Dataset.open(sys.argv[1])
-episode = int(sys.argv[2])
-print("ready", flush=True)
-while True:
-    rows = _crash_episode_rows(dataset.schema, episode)
-    if episode % _BATCH_EVERY == 0:
-        batch = range(episode, episode + _BATCH_SIZE)
-        dataset.add_episodes(
-            _bulk_from_rows(dataset.schema, _crash_episode_rows(dataset.schema, e), terminated=True)
-            for e in batch
-        )
-        episode += _BATCH_SIZE
-        continue
-    if episode % 2:
-        dataset._prepare_write()
-        dataset.backend.add_episode(rows, terminated=True, truncated=False)
-    else:
-        dataset._prepare_write()
-        backend = dataset.backend
-        backend.start_episode({k: v[:2] for k, v in rows.items()})
-        for t in range(2, len(rows["observation/state"])):
-            backend.append_rows(episode, {k: v[t:t + 1] for k, v in rows.items()})
-            dataset.flush()
-        backend.finalize_episode(episode, terminated=False, truncated=True)
-    episode += 1
 """
