@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -310,106 +307,3 @@ def test_writer_killed_inside_a_flush(
     reader = _open(folder, writable=False)
     assert reader.verify() == []
     reader.close()
-
-
-# -- kill chains: a writer killed at random instants, again and again ---------------------------------
-
-_CHAIN_WRITER = """
-import sys
-from episodata_core.testing import example_rows
-from episodata_npz import NpzDirectoryBackend, NpzDirectoryOptions
-
-backend = NpzDirectoryBackend.open(sys.argv[1], NpzDirectoryOptions(), writable=True)
-table = backend.episode_table()
-ongoing = [e for e in range(len(table)) if table.ongoing[e]]
-episode = ongoing[0] if ongoing else len(table)
-assert len(ongoing) <= 1 and (not ongoing or episode == len(table) - 1), ongoing
-print("ready", flush=True)
-while True:
-    rows = example_rows(backend.schema, 3 + episode % 7, seed=episode)
-    if episode < len(backend.episode_table()):
-        done = int(backend.episode_table().length[episode]) + 1
-    else:
-        assert backend.start_episode({k: v[:1] for k, v in rows.items()}) == episode
-        done = 1
-    for t in range(done, len(rows["info/step_idx"])):
-        backend.append_rows(episode, {k: v[t : t + 1] for k, v in rows.items()})
-        backend.flush()
-        print("flushed", episode, t + 1, flush=True)
-    backend.finalize_episode(episode, terminated=episode % 2 == 0, truncated=episode % 2 == 1)
-    print("final", episode, flush=True)
-    episode += 1
-"""
-
-
-def _kill_chain(
-    folder: Path, forker: Forker, kills: int, rng: random.Random
-) -> tuple[int, int, int]:
-    """Kill a writer ``kills`` times; check every episode after each kill.
-
-    Returns the episode checks made, the episodes that could not be read (lost) and the
-    episodes finalized at the end.
-    """
-    Dataset.create(example_schema(), folder, backend="npz_directory").close()
-    schema = example_schema()
-    final: set[int] = set()
-    flushed: dict[int, int] = {}
-    checked = lost = 0
-    for _ in range(kills):
-        pid = forker.start(_CHAIN_WRITER, str(folder))
-        assert forker.line() == "ready"
-        time.sleep(rng.uniform(0.02, 0.3))
-        os.kill(pid, signal.SIGKILL)
-        lines, status = forker.until_exit()
-        assert status == -signal.SIGKILL, lines
-        for line in lines:
-            kind, number, *count = line.split()
-            if kind == "final":
-                final.add(int(number))
-            else:
-                flushed[int(number)] = int(count[0])
-        reader = _open(folder, writable=False)
-        table = reader.episode_table()
-        for episode in range(len(table)):
-            expected = example_rows(schema, 3 + episode % 7, seed=episode)
-            rows = int(table.length[episode]) + 1
-            if not table.ongoing[episode]:
-                assert rows == len(expected["info/step_idx"])
-                assert bool(table.terminated[episode]) == (episode % 2 == 0)
-            # never half-visible: whatever is there is exactly a prefix of what was written
-            try:
-                _assert_rows(reader, episode, {k: v[:rows] for k, v in expected.items()})
-            except DatasetStateError:
-                lost += 1
-            checked += 1
-        assert final <= {e for e in range(len(table)) if not table.ongoing[e]}, (
-            "lost a finalized one"
-        )
-        for episode, rows in flushed.items():
-            assert episode < len(table), f"flushed episode {episode} vanished"
-            assert int(table.length[episode]) + 1 >= rows, "a returned flush was lost"
-        # a kill between two steps of a commit or flush leaves what a writable open finishes
-        in_flight = ("no checksum recorded", ".tmp")
-        assert all(any(k in p for k in in_flight) for p in reader.verify()), reader.verify()
-        reader.close()
-    writer = _open(folder, writable=True)
-    problems = writer.verify()
-    finalized = int(np.count_nonzero(~writer.episode_table().ongoing))
-    writer.close()
-    assert problems == []
-    return checked, lost, finalized
-
-
-def test_kill_chain(tmp_path: Path, forker: Forker) -> None:
-    checked, lost, finalized = _kill_chain(tmp_path / "ds", forker, 10, random.Random(12))
-    assert finalized > 0
-    assert checked > 10
-    assert lost == 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("chain", range(6))
-def test_kill_chains_long(tmp_path: Path, forker: Forker, chain: int) -> None:
-    checked, lost, finalized = _kill_chain(tmp_path / "ds", forker, 10, random.Random(100 + chain))
-    print(f"chain {chain}: 10 kills, {finalized} finalized, {checked} episode checks, {lost} lost")
-    assert lost == 0
