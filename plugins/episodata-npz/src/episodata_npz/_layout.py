@@ -194,6 +194,11 @@ class CommitLog:
         self.problems: list[str] = []
         self.partial_tail = False
 
+    @property
+    def lines_read(self) -> int:
+        """How many complete lines :meth:`read_new` has parsed so far."""
+        return self._lines
+
     def read_new(self, *, strict: bool) -> None:
         """Parse the complete lines appended since the last call.
 

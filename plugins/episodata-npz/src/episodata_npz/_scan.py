@@ -45,6 +45,7 @@ __all__ = ["Finalized", "Listing", "Lost", "Scanner"]
 
 _ATTEMPTS = 5
 _PAUSE_S = 0.02
+_RACES_PER_ATTEMPT = 100  # bounds listings that each lost a race with the writer
 _SAMPLES = 3  # archives tried by check_schema before it gives up on unreadable ones
 _OWN = "its 'episode/length' member"
 
@@ -165,10 +166,17 @@ class Scanner:
         loaded is not read again, and an episode already found lost is not waited for.
         """
         missing: list[int] = []
-        for attempt in range(_ATTEMPTS):
+        # a listing that raced the writer is tried again; only attempts in which the
+        # writer logged nothing new count against _ATTEMPTS, since a busy writer that
+        # finalizes between every listing and its load is progress, not damage
+        stalled = 0
+        for attempt in range(_ATTEMPTS * _RACES_PER_ATTEMPT):
+            if stalled >= _ATTEMPTS:
+                break
             if attempt:
                 time.sleep(_PAUSE_S)
-            final = attempt == _ATTEMPTS - 1
+            final = stalled == _ATTEMPTS - 1
+            logged = self._log.lines_read
             self._log.read_new(strict=True)
             # spills are listed before archives: a spill is removed only after its
             # archive is in place, so an episode is never in neither listing
@@ -180,14 +188,22 @@ class Scanner:
             top = max([known - 1, *finalized, *spills], default=-1) + 1
             missing = [e for e in range(top) if e not in finalized and e not in spills]
             if missing:
+                stalled += 1
                 continue
             listing = Listing(top)
             if not self._load_spills(sorted(spills), loaded, lost, listing, final=final):
+                self._log.read_new(strict=True)
+                stalled += self._log.lines_read == logged
                 continue
             for episode in sorted(finalized):
                 if episode >= known or ongoing[episode]:
                     listing.finalized[episode] = self._finalized(episode, finals.get(episode))
             return listing
+        if not missing:
+            raise DatasetStateError(
+                f"{self._root}: the writer changed the dataset during each of "
+                f"{_ATTEMPTS * _RACES_PER_ATTEMPT} listings; call refresh() again"
+            )
         raise DatasetStateError(
             f"{self._root}: episode {missing[0]} has neither {EPISODES}/{file_name(missing[0])} "
             f"nor {ONGOING}/{file_name(missing[0])} nor a line in {LOG_NAME}, but later "
