@@ -13,12 +13,14 @@ reading its table alone with pylance.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.measure import MB, disk_bytes
-from benchmarks.results import Figure, Target, WorkloadResult, ratio_target
+from benchmarks.measure import MB
+from benchmarks.results import Figure, WorkloadResult, ratio_target
+from benchmarks.workloads._import_rows import ceiling, rss_target, timed_import
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,8 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["run_w9", "write_d4rl", "write_lewm"]
 
 _BLOCK = 20_000
-READ_BUDGET_MB = 256  # the importers' default read budget (read_budget_bytes)
-RSS_FLOOR_MB = 64  # below this, RSS differences are interpreter noise
 
 
 def _episode_lengths(rows: int, mean: int, rng: np.random.Generator) -> list[int]:
@@ -166,14 +166,11 @@ def _row(column: Any) -> int:
     return int(np.prod(column.shape[1:], dtype=np.int64))
 
 
-def _import(context: Context, importer: str, source: Path, name: str) -> tuple[float, Any]:
+def _imported(importer: str, source: Path, target: Path, **options: Any) -> Any:
     from episodata import import_dataset
 
-    target = context.run_dir / name
-    began = time.perf_counter()
-    dataset, _ = import_dataset(importer, source, target)
-    seconds = time.perf_counter() - began
-    return seconds, dataset
+    dataset, _ = import_dataset(importer, source, target, **options)
+    return dataset
 
 
 def _check(importer: str, dataset: Any, source: Path) -> None:
@@ -220,45 +217,27 @@ def run_w9(context: Context) -> WorkloadResult:
             if not source.exists():
                 write(source, count, s.seed)
             raw, read_s = read_source(source)
-            read = Figure(f"{importer}{label} h5py read", "ceiling", "MB/s", rate=raw / MB / read_s)
-            read.disk_mb = disk_bytes(source) / MB
-            read.extra = {"raw_mb": raw / MB, "seconds": read_s}
-            mine = Figure(f"{importer}{label} import", "episodata", "MB/s")
-            mine.extra["ceiling"] = read.system
-            context.log(f"  W9: importing {source.name}")
-            try:
-                with context.monitor.phase() as phase:
-                    seconds, dataset = _import(context, importer, source, f"{source.stem}.zarr")
-                _check(importer, dataset, source)
-                mine.rate = raw / MB / seconds
-                mine.first_ms = seconds * 1e3
-                mine.rss_peak_mb = phase.peak_mb
-                mine.rss_held_mb = phase.peak_delta_mb
-                mine.disk_mb = disk_bytes(context.run_dir / f"{source.stem}.zarr") / MB
-                mine.extra.update(seconds=seconds, rss_peak_delta_mb=phase.peak_delta_mb)
-                mine.note = "rss_held = peak RSS above the start of the import"
-                peaks[label] = phase.peak_delta_mb
-                dataset.close()
-            except Exception as err:  # noqa: BLE001 (reported in the table)
-                mine.status = f"error: {type(err).__name__}: {err}"
+            read = ceiling(f"{importer}{label} h5py read", source, raw, read_s)
+            target = context.run_dir / f"{source.stem}.zarr"
+            mine = timed_import(
+                context,
+                f"{importer}{label} import",
+                read,
+                target,
+                partial(_imported, importer, source, target),
+                partial(_check, importer, source=source),
+            )
+            if mine.ok:
+                peaks[label] = mine.extra["rss_peak_delta_mb"]
             result.figures += [read, mine]
         result.targets.append(
             ratio_target(result, f"{importer} import", f"{importer} h5py read", 0.5)
         )
-        full = result.figure(f"{importer} import")
-        source_read = result.figure(f"{importer} h5py read")
-        bound = None
-        if full is not None and full.ok and source_read is not None:
-            # what an importer must hold at once: the file, or its read budget if smaller
-            budget = max(min(source_read.extra["raw_mb"], READ_BUDGET_MB), RSS_FLOOR_MB)
-            bound = full.extra["rss_peak_delta_mb"] / budget
         result.targets.append(
-            Target(
-                f"{importer} import peak RSS / max({RSS_FLOOR_MB}, min(source, "
-                f"{READ_BUDGET_MB})) MiB",
-                1.5,
-                bound,
-                comparison="<=",
+            rss_target(
+                importer,
+                result.figure(f"{importer} import"),
+                result.figure(f"{importer} h5py read"),
                 note=f"quarter file: {peaks.get(' 1/4', float('nan')):.0f} MiB, "
                 f"full: {peaks.get('', float('nan')):.0f} MiB",
             )
@@ -278,8 +257,6 @@ def _run_lance(context: Context, result: WorkloadResult) -> None:
         read_lance,
         write_lewm_lance,
     )
-    from episodata import import_dataset
-    from episodata_core.errors import MissingDependencyError
 
     rows = context.sizes.lewm_rows
     try:
@@ -293,9 +270,7 @@ def _run_lance(context: Context, result: WorkloadResult) -> None:
     if not source.exists():
         write_lewm_lance(source, rows, context.sizes.seed)
     raw, read_s = read_lance(source)
-    read = Figure("lewm-lance pylance read", "ceiling", "MB/s", rate=raw / MB / read_s)
-    read.disk_mb = disk_bytes(source) / MB
-    read.extra = {"raw_mb": raw / MB, "seconds": read_s}
+    read = ceiling("lewm-lance pylance read", source, raw, read_s)
     raw_d, decode_s = decode_lance(source)
     decode = Figure(
         "lewm-lance pylance read + Pillow decode", "ceiling", "MB/s", rate=raw_d / MB / decode_s
@@ -303,28 +278,17 @@ def _run_lance(context: Context, result: WorkloadResult) -> None:
     decode.note = "Image.open per JPEG, as the format's readers do; the import decodes twice"
     result.figures += [read, decode]
     for images, label in (("decode", "lewm-lance import"), ("jpeg", "lewm-lance import jpeg")):
-        mine = Figure(label, "episodata", "MB/s")
-        mine.extra["ceiling"] = read.system
-        context.log(f"  W9: importing {source.name} (images={images})")
         target = context.run_dir / f"lewm-lance-{images}.zarr"
-        try:
-            with context.monitor.phase() as phase:
-                began = time.perf_counter()
-                dataset, _ = import_dataset("lewm", source, target, images=images)
-                seconds = time.perf_counter() - began
-            check_lance(dataset, source, decoded=images == "decode")
-            mine.rate = raw / MB / seconds
-            mine.first_ms = seconds * 1e3
-            mine.rss_peak_mb = phase.peak_mb
-            mine.rss_held_mb = phase.peak_delta_mb
-            mine.disk_mb = disk_bytes(target) / MB
-            mine.extra.update(seconds=seconds, rss_peak_delta_mb=phase.peak_delta_mb)
+        mine = timed_import(
+            context,
+            label,
+            read,
+            target,
+            partial(_imported, "lewm", source, target, images=images),
+            partial(check_lance, source=source, decoded=images == "decode"),
+        )
+        if mine.ok:
             mine.note = "validate='full' decodes each JPEG in the checking pass and again to write"
-            dataset.close()
-        except (MissingDependencyError, ImportError) as err:
-            mine.status = f"not installed: {err}"
-        except Exception as err:  # noqa: BLE001 (reported in the table)
-            mine.status = f"error: {type(err).__name__}: {err}"
         result.figures.append(mine)
         result.targets.append(ratio_target(result, label, read.system, 0.5))
     # what decoding costs at all: the import against a plain read that decodes every JPEG

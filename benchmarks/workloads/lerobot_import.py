@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import io
 import time
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.measure import MB, disk_bytes
-from benchmarks.results import Figure, Target, ratio_target
+from benchmarks.results import Figure, ratio_target
+from benchmarks.workloads._import_rows import ceiling, rss_target, timed_import
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,8 +28,6 @@ __all__ = ["lerobot_rows", "read_lerobot", "write_lerobot"]
 
 SIDE = 64
 EPISODE = 200
-READ_BUDGET_MB = 256
-RSS_FLOOR_MB = 64
 
 
 def write_lerobot(path: Path, frames: int, seed: int, images: str) -> None:
@@ -87,14 +86,22 @@ def read_lerobot(path: Path) -> tuple[int, float]:
     return total, time.perf_counter() - began
 
 
-def _check_count(name: str, imported: int, expected: int) -> None:
-    if imported != expected:
-        raise AssertionError(f"{name}: {imported} episodes imported, expected {expected}")
+def _check_count(name: str, dataset: Any, *, expected: int) -> None:
+    if dataset.num_episodes != expected:
+        raise AssertionError(
+            f"{name}: {dataset.num_episodes} episodes imported, expected {expected}"
+        )
+
+
+def _imported(source: Path, target: Path) -> Any:
+    from episodata import import_dataset
+
+    dataset, _ = import_dataset("lerobot", source, target)
+    return dataset
 
 
 def lerobot_rows(context: Context, result: WorkloadResult) -> None:
     """Append the LeRobot figures and targets to W9's result."""
-    from episodata import import_dataset
     from episodata_core import registry
 
     frames = context.sizes.lerobot_frames
@@ -111,37 +118,18 @@ def lerobot_rows(context: Context, result: WorkloadResult) -> None:
         if not source.exists():
             write_lerobot(source, frames, context.sizes.seed, images)
         raw, read_s = read_lerobot(source)
-        read = Figure(f"{name} pyarrow/PyAV read", "ceiling", "MB/s", rate=raw / MB / read_s)
-        read.disk_mb = disk_bytes(source) / MB
-        read.extra = {"raw_mb": raw / MB, "seconds": read_s}
-        mine = Figure(f"{name} import", "episodata", "MB/s")
-        mine.extra["ceiling"] = read.system
-        context.log(f"  W9: importing {source.name}")
-        try:
-            target = context.run_dir / f"{source.name}.zarr"
-            with context.monitor.phase() as phase:
-                began = time.perf_counter()
-                dataset, _ = import_dataset("lerobot", source, target)
-                seconds = time.perf_counter() - began
-            _check_count(name, dataset.num_episodes, -(-frames // EPISODE))
-            mine.rate = raw / MB / seconds
-            mine.first_ms = seconds * 1e3
-            mine.rss_peak_mb = phase.peak_mb
-            mine.rss_held_mb = phase.peak_delta_mb
-            mine.disk_mb = disk_bytes(target) / MB
-            mine.extra.update(seconds=seconds, rss_peak_delta_mb=phase.peak_delta_mb)
-            dataset.close()
-        except Exception as err:  # noqa: BLE001 (reported in the table)
-            mine.status = f"error: {type(err).__name__}: {err}"
+        read = ceiling(f"{name} pyarrow/PyAV read", source, raw, read_s)
+        target = context.run_dir / f"{source.name}.zarr"
+        mine = timed_import(
+            context,
+            f"{name} import",
+            read,
+            target,
+            partial(_imported, source, target),
+            partial(_check_count, name, expected=-(-frames // EPISODE)),
+        )
         result.figures += [read, mine]
         result.targets.append(
             ratio_target(result, f"{name} import", f"{name} pyarrow/PyAV read", 0.5)
         )
-        bound = None
-        if mine.ok:
-            budget = max(min(raw / MB, READ_BUDGET_MB), RSS_FLOOR_MB)
-            bound = mine.extra["rss_peak_delta_mb"] / budget
-        result.targets.append(Target(
-            f"{name} import peak RSS / max({RSS_FLOOR_MB}, min(source, {READ_BUDGET_MB})) MiB",
-            1.5, bound, comparison="<=",
-        ))  # fmt: skip
+        result.targets.append(rss_target(name, mine, read))
