@@ -8,10 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from episodata_core.sampling.workers import dataloader_worker
 
-__all__ = ["CodecName", "ZarrOptions", "worker_share"]
+__all__ = ["CodecName", "Durability", "ZarrOptions", "worker_share"]
 
 CodecName = Literal["blosc-lz4", "zstd", "blosc-zstd", "none"]
 """A compression codec; Blosc codecs byte-shuffle dtypes wider than one byte."""
+
+Durability = Literal["interval", "sync"]
+"""When a finalized episode reaches the disk (see ``ZarrOptions.durability``)."""
 
 
 class ZarrOptions(BaseModel):
@@ -71,6 +74,29 @@ class ZarrOptions(BaseModel):
         description=(
             "Flush every write to the disk before the commit that relies on it. False "
             "still survives a crash of the writing process, but not of the machine."
+        ),
+    )
+    durability: Durability = Field(
+        default="interval",
+        description=(
+            "'interval': a finalized episode survives a crash of the writing process as "
+            "soon as its call returns, and a power loss once the next sync point has "
+            "passed (flush(), close(), or at most sync_interval seconds later). 'sync': "
+            "every finalize is synced to the disk before it returns (one sync each)."
+        ),
+    )
+    sync_interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds at most between a finalize and its sync in 'interval' mode.",
+    )
+    fold_bytes: int = Field(
+        default=32 << 20,
+        ge=0,
+        description=(
+            "Bytes of finalized episodes the episode log holds before they are folded "
+            "into the Zarr arrays in one batch (also at flush() and close()); 0 folds "
+            "at every finalize."
         ),
     )
     cache_pool_bytes: int = Field(
