@@ -11,7 +11,6 @@ own: ``EPISODATA_LEROBOT_PYTHON`` names that venv's python, or the test makes on
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 from typing import TYPE_CHECKING
@@ -43,18 +42,6 @@ LOADER = textwrap.dedent(
     np.savez(sys.argv[2], **arrays)
     """
 )
-
-
-@pytest.fixture(scope="module")
-def lerobot_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    given = os.environ.get("EPISODATA_LEROBOT_PYTHON")
-    if given:
-        return given
-    venv = tmp_path_factory.mktemp("lerobot-venv") / "venv"
-    subprocess.run(["uv", "venv", "-q", "--python", "3.12", str(venv)], check=True)
-    env = {**os.environ, "VIRTUAL_ENV": str(venv)}
-    subprocess.run(["uv", "pip", "install", "-q", "lerobot[dataset]==0.6.1"], check=True, env=env)
-    return str(venv / "bin" / "python")
 
 
 def _load(python: str, root: Path, tmp_path: Path) -> dict[str, np.ndarray]:

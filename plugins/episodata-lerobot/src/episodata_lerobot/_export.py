@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from episodata_core.exporting import stage_folder
 from episodata_lerobot._import import TASK_KEY
 from episodata_lerobot._plan import Column, Plan, plan_export, provenance
-from episodata_lerobot._stats import aggregate, episode_stats
+from episodata_lerobot._stats import aggregate, as_lists, episode_stats
 from episodata_lerobot._write import VideoWriter, encode_png
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ def _write(root: Path, plan: Plan, options: LeRobotExportOptions) -> int:
                 computed = episode_stats(frames[name], image)
                 stats.setdefault(name, []).append(computed)
                 row.update(
-                    {f"stats/{name}/{key}": value.tolist() for key, value in computed.items()}
+                    {f"stats/{name}/{key}": value for key, value in as_lists(computed).items()}
                 )
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
             episode_rows.append(row)
@@ -319,9 +319,7 @@ def _write_meta(
     pq.write_table(
         tasks.replace_schema_metadata({b"pandas": _pandas_tasks_metadata()}), meta / "tasks.parquet"
     )
-    dataset_stats = {
-        name: {k: v.tolist() for k, v in aggregate(per).items()} for name, per in stats.items()
-    }
+    dataset_stats = {name: as_lists(aggregate(per)) for name, per in stats.items()}
     (meta / "stats.json").write_text(json.dumps(dataset_stats, indent=4))
     record = {
         "exporter": "episodata-lerobot 0.1.0",
