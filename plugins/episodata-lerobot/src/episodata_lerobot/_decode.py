@@ -19,6 +19,7 @@ import numpy as np
 from episodata_core.errors import FormatError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     import numpy.typing as npt
@@ -27,6 +28,7 @@ __all__ = [
     "count_video_frames",
     "decode_png_rows",
     "decode_video_frames",
+    "iter_video_frames",
     "png_size",
     "probe_video",
 ]
@@ -170,16 +172,15 @@ def count_video_frames(times: list[float], start: float, stop: float, fps: float
     return int(((array >= start - slack) & (array < stop - slack)).sum())
 
 
-def decode_video_frames(
+def iter_video_frames(
     container: Any, start: float, stop: float, fps: float, shape: tuple[int, ...], where: str
-) -> npt.NDArray[np.uint8]:
-    """Decode the frames in ``[start, stop)`` of an open container into ``[N, H, W, C]``."""
+) -> Iterator[npt.NDArray[np.uint8]]:
+    """The frames in ``[start, stop)`` of an open container, ``[H, W, C]`` each, in order."""
     import av
 
     stream = container.streams.video[0]
     base = stream.time_base or Fraction(1, 1)
     slack = 0.5 / fps
-    frames: list[npt.NDArray[np.uint8]] = []
     fmt = _PIX_FMT[shape[2]]
     try:
         # seek to the keyframe at or before the window; decoding from there is exact
@@ -193,11 +194,18 @@ def decode_video_frames(
             if time >= stop - slack:
                 break
             pixels = frame.to_ndarray(format=fmt)
-            frames.append(pixels[..., None] if pixels.ndim == 2 else pixels)
+            yield pixels[..., None] if pixels.ndim == 2 else pixels
     except av.error.FFmpegError as err:
         raise FormatError(
             f"{where}: decoding failed at {start:.3f} s ({err}); the file is damaged"
         ) from err
+
+
+def decode_video_frames(
+    container: Any, start: float, stop: float, fps: float, shape: tuple[int, ...], where: str
+) -> npt.NDArray[np.uint8]:
+    """Decode the frames in ``[start, stop)`` of an open container into ``[N, H, W, C]``."""
+    frames = list(iter_video_frames(container, start, stop, fps, shape, where))
     if not frames:
         return np.empty((0, *shape), dtype=np.uint8)
     return np.stack(frames)

@@ -56,8 +56,11 @@ class Tables:
     """Every file the import reads."""
 
 
-def open_parquet(path: Path, where: str) -> Any:
-    """A ``pyarrow.parquet.ParquetFile``; a cut or damaged file is a :class:`PartialFileError`."""
+def open_parquet(path: Path, where: str, **kwargs: Any) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` (``kwargs`` its options).
+
+    A cut or damaged file is a :class:`PartialFileError`.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -66,7 +69,7 @@ def open_parquet(path: Path, where: str) -> Any:
             f"{where}: {str(path)!r} does not exist; the dataset folder is incomplete"
         )
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, **kwargs)
     except (pa.ArrowException, OSError) as err:
         raise PartialFileError(
             f"{where}: {str(path)!r} is not a readable parquet file ({err}); it is cut short "
@@ -148,8 +151,13 @@ def _check_type(feature: Feature, arrow_type: Any, where: str) -> None:
             )
 
 
-def read_tables(source: LeRobotSource, selection: list[int] | None) -> Tables:
-    """Read and check ``meta/`` and the bookkeeping of the selected episodes' files."""
+def read_tables(
+    source: LeRobotSource, selection: list[int] | None, budget: int = 256 << 20
+) -> Tables:
+    """Read and check ``meta/`` and the bookkeeping of the selected episodes' files.
+
+    PNG bytes are read about ``budget`` bytes at a time (one frame's pixels per row).
+    """
     where = source.where
     tasks = _read_tasks(source)
     rows = _read_episodes(source)
@@ -172,7 +180,7 @@ def read_tables(source: LeRobotSource, selection: list[int] | None) -> Tables:
         chosen = list(selection)
     files: set[Path] = {source.root / "meta" / "info.json"}
     entries = [_entry(source, by_index[e], files) for e in chosen]
-    _check_data_files(source, entries, len(tasks))
+    _check_data_files(source, entries, len(tasks), budget)
     _check_videos(source, entries)
     files.update(entry.data_path for entry in entries)
     return Tables(entries, tasks, found, sorted(files))
@@ -264,7 +272,9 @@ def _entry(source: LeRobotSource, row: dict[str, Any], files: set[Path]) -> Epis
                         start, videos)  # fmt: skip
 
 
-def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_count: int) -> None:
+def _check_data_files(
+    source: LeRobotSource, entries: list[EpisodeEntry], task_count: int, budget: int
+) -> None:
     """Row positions, counts and indexes of every selected episode; column types."""
     by_file: dict[Path, list[int]] = {}
     for position, entry in enumerate(entries):
@@ -312,30 +322,41 @@ def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_c
                 )
             entries[position] = _with_row(entry, first)
         images = [f for f in source.fields if f.kind == "image"]
-        # row group by row group: the image bytes of a file are never all in memory
-        first_row = 0
-        for group in range(handle.metadata.num_row_groups) if images else ():
-            table = _read_group(handle, group, path, source.where, [f.name for f in images])
+        if images:
+            _check_images(source, path, where, images, budget)
+
+
+def _check_images(
+    source: LeRobotSource, path: Path, where: str, images: list[Feature], budget: int
+) -> None:
+    """Every PNG header of a data file, read in batches of about ``budget`` bytes.
+
+    LeRobot writes one row group per episode: a batch reader with a buffered stream reads
+    a long episode's image bytes in pieces, not its row group at once.
+    """
+    import pyarrow as pa
+
+    frame = sum(math.prod(f.shape) for f in images)
+    handle = open_parquet(path, source.where, buffer_size=4 << 20)
+    first_row = 0
+    try:
+        batches = handle.iter_batches(
+            batch_size=max(1, budget // frame), columns=[f.name for f in images]
+        )
+        for batch in batches:
             for feature in images:
-                values = table.column(feature.name).combine_chunks().field("bytes")
+                values = batch.column(feature.name).field("bytes")
                 _check_png_headers(values, feature, f"{where}: column {feature.name!r}", first_row)
-            first_row += table.num_rows
+            first_row += batch.num_rows
+    except (pa.ArrowException, OSError) as err:
+        raise PartialFileError(
+            f"{source.where}: {str(path)!r} cannot be read ({err}); it is damaged"
+        ) from err
 
 
 def _with_row(entry: EpisodeEntry, row: int) -> EpisodeEntry:
     return EpisodeEntry(entry.index, entry.length, entry.tasks, entry.data_path, row,
                         entry.from_index, entry.videos)  # fmt: skip
-
-
-def _read_group(handle: Any, group: int, path: Path, where: str, columns: list[str]) -> Any:
-    import pyarrow as pa
-
-    try:
-        return handle.read_row_group(group, columns=columns)
-    except (pa.ArrowException, OSError) as err:
-        raise PartialFileError(
-            f"{where}: {str(path)!r} cannot be read ({err}); it is damaged"
-        ) from err
 
 
 def _check_png_headers(values: Any, feature: Feature, where: str, first: int) -> None:
