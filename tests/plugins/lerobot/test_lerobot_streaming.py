@@ -138,10 +138,11 @@ def _measure(path: Path, budget: int) -> dict[str, int]:
 def test_peak_memory_of_one_long_episode_is_bounded_by_the_read_budget(tmp_path: Path) -> None:
     path = tmp_path / "long"
     content = _long_episode(path, frames=1500, size=96)  # 41 MB of pixels in one episode
-    budget = 4 << 20
+    budget = 2 << 20
     small = _measure(path, budget)
     whole = _measure(path, 1 << 31)
     assert small["steps"] == whole["steps"] == 1499
-    # a few blocks and the parquet reader's buffers, never the episode
-    assert small["growth"] < 4 * budget + (8 << 20), small
+    # a few blocks, the parquet reader's and the allocators' buffers (12-16 MiB measured),
+    # never the episode
+    assert small["growth"] < 8 * budget + (8 << 20), small
     assert whole["growth"] > content, whole  # the control: one window holds everything

@@ -25,7 +25,14 @@ from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.transfer import ImportReport, ImportResult
 from episodata_lerobot._decode import decode_video_frames, open_video
 from episodata_lerobot._source import read_source
-from episodata_lerobot._stream import TASK_KEY, VALID_KEY, decode_columns, fill_row, stream_episode
+from episodata_lerobot._stream import (
+    TASK_KEY,
+    VALID_KEY,
+    allocate_columns,
+    decode_into,
+    fill_row,
+    stream_episode,
+)
 from episodata_lerobot._tables import open_parquet, read_tables
 
 if TYPE_CHECKING:
@@ -144,7 +151,9 @@ def import_source(source: str, dataset: Dataset, options: LeRobotImportOptions) 
     empty = [e for e in tables.episodes if e.length == 0 or (drop and e.length == 1)]
     log.finish(strict=options.strict)  # the last check before the first write
     frame_bytes = sum(math.prod(s.shape) * s.np_dtype.itemsize for s in schema) or 1
-    pending = PendingEpisodes(dataset)
+    # budget / 16 per add_episodes call, as the other importers: the backend's copies of
+    # what it writes stay small next to the window
+    pending = PendingEpisodes(dataset, max_bytes=max(1, options.read_budget_bytes // 16))
     flags: list[tuple[bool, bool]] = []
     kept: list[EpisodeEntry] = []
     for window in _windows(tables, frame_bytes, options.read_budget_bytes):
@@ -177,36 +186,36 @@ def _all_entries(found: LeRobotSource, tables: Tables, budget: int) -> list[Epis
 
 
 def _read_window(found: LeRobotSource, window: _Window, schema: DatasetSchema) -> dict[str, Any]:
-    """``{feature name: [rows, ...]}`` of the window's frames, images decoded."""
+    """``{feature name: [rows, ...]}`` of the window's frames, images decoded.
+
+    Row group by row group (an episode each, as LeRobot writes them) into arrays of the
+    whole window: the PNG bytes of one row group at a time are in memory, not the window's.
+    """
+    import pyarrow as pa
+
     start, stop = window.rows
     path = window.entries[0].data_path
     where = f"{found.where}: {path.relative_to(found.root)}"
     handle = open_parquet(path, found.where)
     names = [f.name for f in found.features if f.kind != "video"] + ["task_index"]
-    table = _read_rows(handle, start, stop, names, where)
-    out = decode_columns(found, table, start, where)
+    out = allocate_columns(found, stop - start)
+    position = 0
+    for group in range(handle.metadata.num_row_groups):
+        count = handle.metadata.row_group(group).num_rows
+        low, high = max(start, position), min(stop, position + count)
+        if high > low:
+            try:
+                table = handle.read_row_group(group, columns=names)
+            except (pa.ArrowException, OSError) as err:
+                raise FormatError(f"{where} cannot be read ({err}); the file is damaged") from err
+            table = table.slice(low - position, high - low)
+            decode_into(found, table, out, low - start, low, where)
+            del table
+        position += count
     for feature in found.features:
         if feature.kind == "video":
             out[feature.name] = _read_video(found, window, feature)
     return out
-
-
-def _read_rows(handle: Any, start: int, stop: int, columns: list[str], where: str) -> Any:
-    """Rows ``[start, stop)`` of a parquet file: only the row groups that hold them."""
-    import pyarrow as pa
-
-    groups, first, position = [], None, 0
-    for group in range(handle.metadata.num_row_groups):
-        count = handle.metadata.row_group(group).num_rows
-        if position < stop and position + count > start:
-            groups.append(group)
-            first = position if first is None else first
-        position += count
-    try:
-        table = handle.read_row_groups(groups, columns=columns)
-    except (pa.ArrowException, OSError) as err:
-        raise FormatError(f"{where} cannot be read ({err}); the file is damaged") from err
-    return table.slice(start - (first or 0), stop - start)
 
 
 def _read_video(found: LeRobotSource, window: _Window, feature: Feature) -> npt.NDArray[np.uint8]:

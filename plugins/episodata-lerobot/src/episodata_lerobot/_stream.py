@@ -16,7 +16,7 @@ import numpy as np
 
 from episodata_core.errors import FormatError
 from episodata_lerobot._decode import decode_png_rows, iter_video_frames, open_video
-from episodata_lerobot._tables import column_array, open_parquet
+from episodata_lerobot._tables import column_array, open_parquet, read_pieces
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,14 +29,13 @@ if TYPE_CHECKING:
     from episodata_lerobot._source import LeRobotSource
     from episodata_lerobot._tables import EpisodeEntry
 
-__all__ = ["TASK_KEY", "VALID_KEY", "decode_columns", "fill_row", "stream_episode"]
+__all__ = ["TASK_KEY", "VALID_KEY", "allocate_columns", "decode_columns", "decode_into", "fill_row",
+           "stream_episode"]  # fmt: skip
 
 VALID_KEY = "observation_valid"
 """Info field of ``final_observation='missing'``: False on the filled last row only."""
 TASK_KEY = "task_index"
 """Info field of datasets whose episodes hold several tasks: the frame's task_index."""
-_BUFFER = 4 << 20
-"""Bytes a streamed parquet read takes from the file at a time."""
 
 
 def fill_row(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -47,51 +46,65 @@ def fill_row(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return row
 
 
-def decode_columns(
-    found: LeRobotSource, table: Any, first: int, where: str
-) -> dict[str, npt.NDArray[Any]]:
-    """``{feature name: [rows, ...]}`` of a parquet table's columns, PNG images decoded.
+def allocate_columns(found: LeRobotSource, rows: int) -> dict[str, npt.NDArray[Any]]:
+    """Empty ``{feature name: [rows, ...]}`` arrays of the parquet features and task_index."""
+    out = {
+        f.name: np.empty((rows, *(f.shape if f.kind == "image" else f.declared)), dtype=f.dtype)
+        for f in found.features
+        if f.kind != "video"
+    }
+    out["task_index"] = np.empty(rows, dtype=np.int64)
+    return out
+
+
+def decode_into(
+    found: LeRobotSource, table: Any, out: dict[str, npt.NDArray[Any]], at: int, first: int,
+    where: str,
+) -> None:  # fmt: skip
+    """Decode a parquet table's columns into rows ``at..`` of ``out``, PNG images in place.
 
     Video features are not in the table; ``task_index`` is. ``first`` is the table's first
     row in its file, for messages.
     """
-    out: dict[str, npt.NDArray[Any]] = {}
     rows = table.num_rows
     for feature in found.features:
         label = f"{where}: column {feature.name!r}"
         if feature.kind == "image":
-            # chunk by chunk (a row group each) into one array: no combined copy of the bytes
-            pixels = np.empty((rows, *feature.shape), dtype=np.uint8)
-            position = 0
+            position = at
             for chunk in table.column(feature.name).chunks:
                 end = position + len(chunk)
-                decode_png_rows(chunk.field("bytes"), feature.shape, label, pixels[position:end],
-                                first + position)  # fmt: skip
+                decode_png_rows(chunk.field("bytes"), feature.shape, label,
+                                out[feature.name][position:end], first + position - at)  # fmt: skip
                 position = end
-            out[feature.name] = pixels
         elif feature.kind != "video":
-            out[feature.name] = column_array(table.column(feature.name), rows, feature.declared,
-                                             feature.dtype, label)  # fmt: skip
-    out["task_index"] = table.column("task_index").to_numpy()
+            out[feature.name][at : at + rows] = column_array(
+                table.column(feature.name), rows, feature.declared, feature.dtype, label
+            )
+    out["task_index"][at : at + rows] = table.column("task_index").to_numpy()
+
+
+def decode_columns(
+    found: LeRobotSource, table: Any, first: int, where: str
+) -> dict[str, npt.NDArray[Any]]:
+    """``{feature name: [rows, ...]}`` of a parquet table's columns, PNG images decoded."""
+    out = allocate_columns(found, table.num_rows)
+    decode_into(found, table, out, 0, first, where)
     return out
 
 
 def _blocks(
-    found: LeRobotSource, entry: EpisodeEntry, block_rows: int
+    found: LeRobotSource, entry: EpisodeEntry, block_rows: int, budget: int
 ) -> Iterator[dict[str, npt.NDArray[Any]]]:
     """The episode's frames, ``block_rows`` (or fewer) at a time, decoded."""
-    import pyarrow as pa
-
     path = entry.data_path
     where = f"{found.where}: {path.relative_to(found.root)}"
-    handle = open_parquet(path, found.where, buffer_size=_BUFFER)
+    metadata = open_parquet(path, found.where).metadata
     start, stop = entry.row_start, entry.row_start + entry.length
-    groups, position, first = [], 0, None
-    for group in range(handle.metadata.num_row_groups):
-        count = handle.metadata.row_group(group).num_rows
+    groups, position = [], 0
+    for group in range(metadata.num_row_groups):
+        count = metadata.row_group(group).num_rows
         if position < stop and position + count > start:
             groups.append(group)
-            first = position if first is None else first
         position += count
     videos = [f for f in found.features if f.kind == "video"]
     containers: list[Any] = []
@@ -104,22 +117,17 @@ def _blocks(
             frames[feature.name] = iter_video_frames(containers[-1], begin, end, found.fps,
                                                      feature.shape, at)  # fmt: skip
         names = [f.name for f in found.features if f.kind != "video"] + ["task_index"]
-        position = first or 0
-        batches = handle.iter_batches(batch_size=block_rows, row_groups=groups, columns=names)
-        try:
-            for batch in batches:
-                low, high = max(start, position), min(stop, position + batch.num_rows)
-                offset, position = position, position + batch.num_rows
-                if high <= low:
-                    continue
-                table = pa.Table.from_batches([batch.slice(low - offset, high - low)])
-                columns = decode_columns(found, table, low, where)
+        for offset, piece in read_pieces(path, found.where, names, block_rows, budget, groups):
+            low = max(start, offset)
+            high = min(stop, offset + piece.num_rows)
+            for first in range(low, high, block_rows):
+                count = min(block_rows, high - first)
+                columns = decode_columns(found, piece.slice(first - offset, count), first, where)
                 for name, source in frames.items():
-                    columns[name] = _take(source, high - low, f"{where}, video {name!r}", entry)
+                    columns[name] = _take(source, count, f"{where}, video {name!r}", entry)
                 yield columns
-                del columns, table  # before the next block is decoded
-        except (pa.ArrowException, OSError) as err:
-            raise FormatError(f"{where} cannot be read ({err}); the file is damaged") from err
+                del columns  # before the next block is decoded
+            del piece
         for name, source in frames.items():
             if next(source, None) is not None:
                 raise FormatError(
@@ -155,7 +163,7 @@ def stream_episode(
     carry: dict[str, dict[str, npt.NDArray[Any]]] = {}
     last: dict[str, dict[str, npt.NDArray[Any]]] = {}
     position, last_done = 0, False
-    for columns in _blocks(found, entry, block_rows):
+    for columns in _blocks(found, entry, block_rows, options.read_budget_bytes):
         count = next(iter(columns.values())).shape[0]
         by_role = _roles(found, columns, infos_kept)
         if missing:
