@@ -23,7 +23,7 @@ from episodata_core.errors import FormatError, SchemaError
 from episodata_core.importing import PendingEpisodes, WarningLog, field_reports, flag_counts
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.transfer import ImportReport, ImportResult
-from episodata_lerobot._decode import decode_video_frames, open_video
+from episodata_lerobot._decode import decode_video_into, open_video
 from episodata_lerobot._source import read_source
 from episodata_lerobot._stream import (
     TASK_KEY,
@@ -219,7 +219,9 @@ def _read_window(found: LeRobotSource, window: _Window, schema: DatasetSchema) -
 
 
 def _read_video(found: LeRobotSource, window: _Window, feature: Feature) -> npt.NDArray[np.uint8]:
-    parts = []
+    """The window's frames of one video feature, decoded into one array."""
+    out = np.empty((sum(e.length for e in window.entries), *feature.shape), dtype=np.uint8)
+    at = 0
     containers: dict[Any, Any] = {}
     try:
         for entry in window.entries:
@@ -227,18 +229,15 @@ def _read_video(found: LeRobotSource, window: _Window, feature: Feature) -> npt.
             where = f"{found.where}: {path.relative_to(found.root)}, episode {entry.index}"
             if path not in containers:
                 containers[path] = open_video(path, where)
-            frames = decode_video_frames(
-                containers[path], begin, end, found.fps, feature.shape, where
-            )
-            if frames.shape[0] != entry.length:
-                raise FormatError(
-                    f"{where}: decoded {frames.shape[0]} frames, expected {entry.length}"
-                )
-            parts.append(frames)
+            count = decode_video_into(containers[path], begin, end, found.fps,
+                                      out[at : at + entry.length], where)  # fmt: skip
+            if count != entry.length:
+                raise FormatError(f"{where}: decoded {count} frames, expected {entry.length}")
+            at += entry.length
     finally:
         for container in containers.values():
             container.close()
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out
 
 
 def _episode(
