@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from lerobot_fixtures import DATA, LENGTHS, expected_episode
+from lerobot_fixtures import DATA, LENGTHS, copy_dataset, expected_episode, rewrite_data
 
-import episodata_lerobot._stream as stream
 from episodata_core.dataset import Dataset
+from episodata_core.errors import FormatError
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.transfer import export_datasets, import_dataset
 
@@ -26,6 +29,8 @@ FRAME_BYTES = 32 * 32 * 3 + 3 * 4 + 4 + 4  # image, state, action, reward of a f
 @pytest.fixture
 def blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The rows of every block the streamed reads decode."""
+    import episodata_lerobot._stream as stream
+
     seen: list[int] = []
     original = stream.decode_columns
 
@@ -63,6 +68,48 @@ def test_episodes_larger_than_the_budget_are_read_in_blocks_exactly(
         if final_observation == "missing":
             valid = np.asarray(read.buffers["info/observation_valid"])  # rows 0..T
             np.testing.assert_array_equal(valid, expected.infos["observation_valid"])
+
+
+@pytest.mark.parametrize("frames", [1, 2, 4])
+def test_an_early_done_in_a_streamed_episode_is_refused(frames: int, tmp_path: Path) -> None:
+    folder = copy_dataset("pendulum-images", tmp_path)
+
+    def early_done(table: pa.Table) -> pa.Table:
+        done = table.column("next.done").to_numpy().copy()
+        done[[2, 8]] = True  # episode 0 frame 2, episode 1 frame 2
+        index = table.schema.get_field_index("next.done")
+        return table.set_column(index, "next.done", pa.array(done))
+
+    rewrite_data(folder, early_done)
+    message = re.escape("episode 0: next.done is True at frame(s) [2] before its last frame")
+    with pytest.raises(FormatError, match=message):
+        import_dataset("lerobot", folder, tmp_path / "out", read_budget_bytes=frames * FRAME_BYTES)
+    assert not (tmp_path / "out").exists()  # nothing left behind
+
+
+def test_several_tasks_are_kept_frame_by_frame_across_blocks(tmp_path: Path) -> None:
+    folder = copy_dataset("pendulum-images", tmp_path)
+    pq.write_table(pa.table({"task_index": pa.array([0, 1], pa.int64()),
+                             "task": ["swing up", "hold"]}), folder / "meta/tasks.parquet")  # fmt: skip
+
+    def second_task(table: pa.Table) -> pa.Table:
+        task = table.column("task_index").to_numpy().copy()
+        task[3:6] = 1  # the second half of episode 0
+        return table.set_column(table.schema.get_field_index("task_index"), "task_index",
+                                pa.array(task))  # fmt: skip
+
+    rewrite_data(folder, second_task)
+    episodes = folder / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(episodes)
+    listed = pa.array([["swing up", "hold"], ["swing up"], ["swing up"]])
+    pq.write_table(table.set_column(table.schema.get_field_index("tasks"), "tasks", listed),
+                   episodes)  # fmt: skip
+    for final_observation, expected in (("drop", [0, 0, 0, 1, 1, 1]),
+                                        ("missing", [0, 0, 0, 1, 1, 1, 0])):  # fmt: skip
+        dataset, _ = import_dataset("lerobot", folder, read_budget_bytes=2 * FRAME_BYTES,
+                                    final_observation=final_observation)  # fmt: skip
+        tasks = np.asarray(dataset.episode(0).read().buffers["info/task_index"])
+        np.testing.assert_array_equal(tasks, expected)
 
 
 MEASURE = textwrap.dedent(
