@@ -200,7 +200,7 @@ def _video_frames(
 
 
 def _pixels(frame: Any, fmt: str) -> npt.NDArray[np.uint8]:
-    pixels = frame.to_ndarray(format=fmt)
+    pixels: npt.NDArray[np.uint8] = frame.to_ndarray(format=fmt)
     return pixels[..., None] if pixels.ndim == 2 else pixels
 
 
