@@ -11,10 +11,9 @@ own: ``EPISODATA_LEROBOT_PYTHON`` names that venv's python, or the test makes on
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
@@ -45,18 +44,6 @@ LOADER = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def lerobot_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    given = os.environ.get("EPISODATA_LEROBOT_PYTHON")
-    if given:
-        return given
-    venv = tmp_path_factory.mktemp("lerobot-venv") / "venv"
-    subprocess.run(["uv", "venv", "-q", "--python", "3.12", str(venv)], check=True)
-    env = {**os.environ, "VIRTUAL_ENV": str(venv)}
-    subprocess.run(["uv", "pip", "install", "-q", "lerobot[dataset]==0.6.1"], check=True, env=env)
-    return str(venv / "bin" / "python")
-
-
 def _load(python: str, root: Path, tmp_path: Path) -> dict[str, np.ndarray]:
     out = tmp_path / f"{root.name}.npz"
     result = subprocess.run(
@@ -68,15 +55,22 @@ def _load(python: str, root: Path, tmp_path: Path) -> dict[str, np.ndarray]:
 
 
 def _mp4_frames(root: Path, key: str) -> np.ndarray:
-    with av.open(str(root / f"videos/{key}/chunk-000/file-000.mp4")) as container:
-        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    """Every frame of every file of a video feature, file after file."""
+    frames = []
+    for path in sorted((root / "videos" / key).glob("chunk-*/file-*.mp4")):
+        with av.open(str(path)) as container:
+            frames += [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    return np.stack(frames)
 
 
 @pytest.mark.parametrize(("name", "options"), [
     ("pendulum-images", {}), ("pendulum-video", {}), ("pendulum-video", {"video_codec": "h264"}),
+    # every episode in a data file of its own, two files per chunk folder
+    ("pendulum-images", {"data_files_size_in_mb": 0.002, "chunks_size": 2}),
+    ("pendulum-video", {"data_files_size_in_mb": 0.001, "chunks_size": 2}),
 ])  # fmt: skip
 def test_lerobot_loads_a_round_trip(
-    lerobot_python: str, name: str, options: dict[str, str], tmp_path: Path
+    lerobot_python: str, name: str, options: dict[str, Any], tmp_path: Path
 ) -> None:
     dataset, _ = import_dataset("lerobot", DATA / name, final_observation="missing")
     root = tmp_path / "export"
@@ -126,3 +120,26 @@ def test_lerobot_loads_episodes_that_never_were_lerobot(
     np.testing.assert_array_equal(loaded["next.reward"].reshape(5), reward)
     np.testing.assert_array_equal(loaded["next.done"].reshape(5), [False] * 4 + [True])
     assert loaded["task"].tolist() == ["reach"] * 5
+
+
+def test_lerobot_loads_videos_split_into_several_files(lerobot_python: str, tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    dataset = Dataset.create(DatasetSchema([
+        FieldSpec("cam", shape=(48, 48, 3), dtype="uint8", layout="HWC"),
+        FieldSpec("action", shape=(2,), dtype="float32", role="action"),
+    ]))  # fmt: skip
+    actions = []
+    for n in (30, 20, 40, 25, 35, 30):
+        cam = rng.integers(0, 256, size=(n + 1, 48, 48, 3), dtype=np.uint8)
+        actions.append(rng.normal(size=(n, 2)).astype(np.float32))
+        dataset.add_episode({"initial_observation": {"cam": cam[0]},
+                             "observations": {"cam": cam[1:]}, "actions": actions[-1],
+                             "terminated": True})  # fmt: skip
+    root = tmp_path / "split"
+    export_datasets("lerobot", dataset, root, fps=10, task="look", images="video",
+                    video_files_size_in_mb=0.1, chunks_size=3)  # fmt: skip
+    assert len(list(root.glob("videos/observation.cam/chunk-*/file-*.mp4"))) >= 2
+    loaded = _load(lerobot_python, root, tmp_path)
+    frames = _mp4_frames(root, "observation.cam").transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(loaded["observation.cam"] * 255, frames.astype(np.float32))
+    np.testing.assert_array_equal(loaded["action"], np.concatenate(actions))

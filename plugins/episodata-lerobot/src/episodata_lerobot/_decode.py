@@ -19,6 +19,7 @@ import numpy as np
 from episodata_core.errors import FormatError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     import numpy.typing as npt
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 __all__ = [
     "count_video_frames",
     "decode_png_rows",
-    "decode_video_frames",
+    "decode_video_into",
+    "iter_video_frames",
     "png_size",
     "probe_video",
 ]
@@ -170,17 +172,15 @@ def count_video_frames(times: list[float], start: float, stop: float, fps: float
     return int(((array >= start - slack) & (array < stop - slack)).sum())
 
 
-def decode_video_frames(
-    container: Any, start: float, stop: float, fps: float, shape: tuple[int, ...], where: str
-) -> npt.NDArray[np.uint8]:
-    """Decode the frames in ``[start, stop)`` of an open container into ``[N, H, W, C]``."""
+def _video_frames(
+    container: Any, start: float, stop: float, fps: float, where: str
+) -> Iterator[Any]:
+    """The decoded ``av.VideoFrame`` objects whose time lies in ``[start, stop)``."""
     import av
 
     stream = container.streams.video[0]
     base = stream.time_base or Fraction(1, 1)
     slack = 0.5 / fps
-    frames: list[npt.NDArray[np.uint8]] = []
-    fmt = _PIX_FMT[shape[2]]
     try:
         # seek to the keyframe at or before the window; decoding from there is exact
         container.seek(max(int((start - slack) / base), 0), stream=stream, backward=True)
@@ -192,12 +192,40 @@ def decode_video_frames(
                 continue
             if time >= stop - slack:
                 break
-            pixels = frame.to_ndarray(format=fmt)
-            frames.append(pixels[..., None] if pixels.ndim == 2 else pixels)
+            yield frame
     except av.error.FFmpegError as err:
         raise FormatError(
             f"{where}: decoding failed at {start:.3f} s ({err}); the file is damaged"
         ) from err
-    if not frames:
-        return np.empty((0, *shape), dtype=np.uint8)
-    return np.stack(frames)
+
+
+def _pixels(frame: Any, fmt: str) -> npt.NDArray[np.uint8]:
+    pixels: npt.NDArray[np.uint8] = frame.to_ndarray(format=fmt)
+    return pixels[..., None] if pixels.ndim == 2 else pixels
+
+
+def iter_video_frames(
+    container: Any, start: float, stop: float, fps: float, shape: tuple[int, ...], where: str
+) -> Iterator[npt.NDArray[np.uint8]]:
+    """The frames in ``[start, stop)`` of an open container, ``[H, W, C]`` each, in order."""
+    fmt = _PIX_FMT[shape[2]]
+    for frame in _video_frames(container, start, stop, fps, where):
+        yield _pixels(frame, fmt)
+
+
+def decode_video_into(
+    container: Any, start: float, stop: float, fps: float, out: npt.NDArray[np.uint8],
+    where: str,
+) -> int:  # fmt: skip
+    """Decode the frames in ``[start, stop)`` into ``out`` ``[N, H, W, C]``; returns the count.
+
+    More frames than ``out`` holds is a :class:`FormatError`.
+    """
+    fmt = _PIX_FMT[out.shape[3]]
+    count = 0
+    for frame in _video_frames(container, start, stop, fps, where):
+        if count == out.shape[0]:
+            raise FormatError(f"{where}: more than the {out.shape[0]} frames expected")
+        out[count] = _pixels(frame, fmt)
+        count += 1
+    return count

@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 from episodata_core.exporting import stage_folder
 from episodata_lerobot._import import TASK_KEY
 from episodata_lerobot._plan import Column, Plan, plan_export, provenance
-from episodata_lerobot._stats import aggregate, episode_stats
-from episodata_lerobot._write import VideoWriter, encode_png
+from episodata_lerobot._stats import aggregate, as_lists, episode_stats
+from episodata_lerobot._write import DATA_PATH, VIDEO_PATH, DataFiles, VideoFiles, encode_png
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LeRobotExportReport", "export_datasets"]
 
-DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 NOT_STORED = {
     "final_observation": (
         "LeRobot frames hold the observation at which each action was taken; the observation "
@@ -113,14 +111,12 @@ def _arrow_column(values: npt.NDArray[Any], declared: tuple[int, ...]) -> Any:
 
 def _write(root: Path, plan: Plan, options: LeRobotExportOptions) -> int:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     fps = plan.fps
     task_names: list[str] = []
     stats: dict[str, list[dict[str, npt.NDArray[Any]]]] = {}
     episode_rows: list[dict[str, Any]] = []
     videos = {c.name: c for c in plan.columns if c.kind == "video"}
-    writers: dict[str, VideoWriter] = {}
     hf = {c.name: _hf_feature(c, str(c.spec.np_dtype), None if c.declared == (1,) else c.declared[0])
           for c in plan.columns}  # fmt: skip
     if options.done_feature:
@@ -133,9 +129,14 @@ def _write(root: Path, plan: Plan, options: LeRobotExportOptions) -> int:
         }
     )
     metadata = {b"huggingface": json.dumps({"info": {"features": hf}}).encode()}
-    data_path = root / DATA_PATH.format(chunk_index=0, file_index=0)
-    data_path.parent.mkdir(parents=True)
-    writer: Any = None
+    data = DataFiles(root, options.data_files_size_in_mb, options.chunks_size)
+    writers = {
+        name: VideoFiles(root, name, options.video_files_size_in_mb, options.chunks_size,
+                         codec=options.video_codec, fps=fps, height=column.declared[0],
+                         width=column.declared[1], crf=options.crf, gop=options.gop,
+                         preset=options.preset)
+        for name, column in videos.items()
+    }  # fmt: skip
     index = 0
     flags: list[dict[str, Any]] = []
     try:
@@ -178,40 +179,31 @@ def _write(root: Path, plan: Plan, options: LeRobotExportOptions) -> int:
             arrays.update({name: pa.array(values) for name, values in bookkeeping.items()})
             frames.update(bookkeeping)
             frames["timestamp"] = frame_index / fps  # LeRobot's statistics use the exact times
-            table = pa.table(arrays).replace_schema_metadata(metadata)
-            if writer is None:
-                writer = pq.ParquetWriter(data_path, table.schema)
-            writer.write_table(table)  # one row group per episode, as LeRobot writes them
+            # one row group per episode, as LeRobot writes them
+            chunk, file = data.add(pa.table(arrays).replace_schema_metadata(metadata))
             row: dict[str, Any] = {
                 "episode_index": number,
                 "tasks": list(dict.fromkeys(tasks)),
                 "length": length,
-                "data/chunk_index": 0,
-                "data/file_index": 0,
+                "data/chunk_index": chunk,
+                "data/file_index": file,
                 "dataset_from_index": index,
                 "dataset_to_index": index + length,
             }
-            for name, column in videos.items():
-                if name not in writers:
-                    h, w = column.declared[0], column.declared[1]
-                    writers[name] = VideoWriter(
-                        root / VIDEO_PATH.format(video_key=name, chunk_index=0, file_index=0),
-                        codec=options.video_codec, fps=fps, height=h, width=w,
-                        crf=options.crf, gop=options.gop, preset=options.preset,
-                    )  # fmt: skip
-                writers[name].add(frames[name])
+            for name, video in writers.items():
+                chunk, file, start, stop = video.add(frames[name])
                 row.update({
-                    f"videos/{name}/chunk_index": 0,
-                    f"videos/{name}/file_index": 0,
-                    f"videos/{name}/from_timestamp": index / fps,
-                    f"videos/{name}/to_timestamp": (index + length) / fps,
+                    f"videos/{name}/chunk_index": chunk,
+                    f"videos/{name}/file_index": file,
+                    f"videos/{name}/from_timestamp": start,
+                    f"videos/{name}/to_timestamp": stop,
                 })  # fmt: skip
             for name in _stats_order(plan, options):
                 image = name in {c.name for c in plan.columns if c.kind != "array"}
                 computed = episode_stats(frames[name], image)
                 stats.setdefault(name, []).append(computed)
                 row.update(
-                    {f"stats/{name}/{key}": value.tolist() for key, value in computed.items()}
+                    {f"stats/{name}/{key}": value for key, value in as_lists(computed).items()}
                 )
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
             episode_rows.append(row)
@@ -222,8 +214,7 @@ def _write(root: Path, plan: Plan, options: LeRobotExportOptions) -> int:
             })  # fmt: skip
             index += length
     finally:
-        if writer is not None:
-            writer.close()
+        data.close()
         for video in writers.values():
             video.close()
     _write_meta(root, plan, options, episode_rows, task_names, stats, index, flags)
@@ -299,9 +290,9 @@ def _write_meta(
         "total_episodes": count,
         "total_frames": frames,
         "total_tasks": len(task_names),
-        "chunks_size": 1000,
-        "data_files_size_in_mb": 100,
-        "video_files_size_in_mb": 200,
+        "chunks_size": options.chunks_size,
+        "data_files_size_in_mb": _number(options.data_files_size_in_mb),
+        "video_files_size_in_mb": _number(options.video_files_size_in_mb),
         "data_path": DATA_PATH,
         "video_path": VIDEO_PATH if any(c.kind == "video" for c in plan.columns) else None,
         "robot_type": plan.robot_type,
@@ -319,9 +310,7 @@ def _write_meta(
     pq.write_table(
         tasks.replace_schema_metadata({b"pandas": _pandas_tasks_metadata()}), meta / "tasks.parquet"
     )
-    dataset_stats = {
-        name: {k: v.tolist() for k, v in aggregate(per).items()} for name, per in stats.items()
-    }
+    dataset_stats = {name: as_lists(aggregate(per)) for name, per in stats.items()}
     (meta / "stats.json").write_text(json.dumps(dataset_stats, indent=4))
     record = {
         "exporter": "episodata-lerobot 0.1.0",
@@ -330,6 +319,11 @@ def _write_meta(
         "episodes": flags,
     }
     (meta / "episodata.json").write_text(json.dumps(record, indent=4))
+
+
+def _number(value: float) -> float | int:
+    """A whole number as an int, as LeRobot writes its limits."""
+    return int(value) if float(value).is_integer() else value
 
 
 def _pandas_tasks_metadata() -> bytes:

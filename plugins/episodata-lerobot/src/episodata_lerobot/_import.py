@@ -3,8 +3,8 @@
 Order: ``info.json`` and the features (``_source``), the ``meta/`` tables, every data
 file's bookkeeping, PNG headers and video frame counts (``_tables``), the warnings; only
 then the first write. Episodes are read in windows of adjacent episodes whose decoded
-frames fit ``read_budget_bytes`` (an episode larger than the budget is one window), and
-each window is written before the next is read.
+frames fit ``read_budget_bytes``, and each window is written before the next is read; an
+episode larger than the budget is read and written in blocks that fit it (``_stream``).
 
 LeRobot frames are action-out without a final observation: frame t holds the observation
 at which action t was taken and ``next.reward`` t is what it earned. ``drop`` keeps the
@@ -23,9 +23,17 @@ from episodata_core.errors import FormatError, SchemaError
 from episodata_core.importing import PendingEpisodes, WarningLog, field_reports, flag_counts
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.transfer import ImportReport, ImportResult
-from episodata_lerobot._decode import decode_png_rows, decode_video_frames, open_video
+from episodata_lerobot._decode import decode_video_into, open_video
 from episodata_lerobot._source import read_source
-from episodata_lerobot._tables import column_array, open_parquet, read_tables
+from episodata_lerobot._stream import (
+    TASK_KEY,
+    VALID_KEY,
+    allocate_columns,
+    decode_into,
+    fill_row,
+    stream_episode,
+)
+from episodata_lerobot._tables import open_parquet, read_tables
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -35,12 +43,7 @@ if TYPE_CHECKING:
     from episodata_lerobot._source import Feature, LeRobotSource
     from episodata_lerobot._tables import EpisodeEntry, Tables
 
-__all__ = ["VALID_KEY", "import_source", "read_schema"]
-
-VALID_KEY = "observation_valid"
-"""Info field of ``final_observation='missing'``: False on the filled last row only."""
-TASK_KEY = "task_index"
-"""Info field of datasets whose episodes hold several tasks: the frame's task_index."""
+__all__ = ["TASK_KEY", "VALID_KEY", "import_source", "read_schema"]
 
 
 def read_schema(source: str, options: LeRobotImportOptions) -> DatasetSchema:
@@ -105,6 +108,8 @@ def _schema(found: LeRobotSource, options: LeRobotImportOptions, multi_task: boo
 @dataclass
 class _Window:
     entries: list[EpisodeEntry]
+    block_rows: int = 0
+    """Above 0: one episode larger than the budget, read this many frames at a time."""
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -115,7 +120,10 @@ def _windows(tables: Tables, frame_bytes: int, budget: int) -> list[_Window]:
     """Adjacent episodes of one data file, grouped while their frames fit the budget."""
     windows: list[_Window] = []
     for entry in tables.episodes:
-        last = windows[-1].entries[-1] if windows else None
+        if entry.length > 1 and entry.length * frame_bytes > budget:
+            windows.append(_Window([entry], block_rows=max(1, budget // frame_bytes)))
+            continue
+        last = windows[-1].entries[-1] if windows and not windows[-1].block_rows else None
         if (
             last is not None
             and last.data_path == entry.data_path
@@ -131,8 +139,10 @@ def _windows(tables: Tables, frame_bytes: int, budget: int) -> list[_Window]:
 def import_source(source: str, dataset: Dataset, options: LeRobotImportOptions) -> ImportResult:
     """Check ``source`` completely, then append its selected episodes to ``dataset``."""
     found = read_source(source)
-    tables = read_tables(found, options.episodes)
-    multi_task = any(len(entry.tasks) > 1 for entry in _all_entries(found, tables))
+    tables = read_tables(found, options.episodes, options.read_budget_bytes)
+    multi_task = any(
+        len(entry.tasks) > 1 for entry in _all_entries(found, tables, options.read_budget_bytes)
+    )
     schema = _schema(found, options, multi_task)
     log = WarningLog(found.where, package="episodata_lerobot", noun="dataset")
     for name, why in found.skipped:
@@ -141,10 +151,18 @@ def import_source(source: str, dataset: Dataset, options: LeRobotImportOptions) 
     empty = [e for e in tables.episodes if e.length == 0 or (drop and e.length == 1)]
     log.finish(strict=options.strict)  # the last check before the first write
     frame_bytes = sum(math.prod(s.shape) * s.np_dtype.itemsize for s in schema) or 1
-    pending = PendingEpisodes(dataset)
+    # budget / 16 per add_episodes call, as the other importers: the backend's copies of
+    # what it writes stay small next to the window
+    pending = PendingEpisodes(dataset, max_bytes=max(1, options.read_budget_bytes // 16))
     flags: list[tuple[bool, bool]] = []
     kept: list[EpisodeEntry] = []
     for window in _windows(tables, frame_bytes, options.read_budget_bytes):
+        if window.block_rows:
+            entry = window.entries[0]
+            pending.write()  # the episodes before it go first
+            flags.append(stream_episode(found, schema, entry, options, window.block_rows, dataset))
+            kept.append(entry)
+            continue
         columns = _read_window(found, window, schema)
         offset = 0
         for entry in window.entries:
@@ -160,64 +178,50 @@ def import_source(source: str, dataset: Dataset, options: LeRobotImportOptions) 
     return _result(found, tables, schema, options, kept, flags, log, len(empty))
 
 
-def _all_entries(found: LeRobotSource, tables: Tables) -> list[EpisodeEntry]:
+def _all_entries(found: LeRobotSource, tables: Tables, budget: int) -> list[EpisodeEntry]:
     # read_schema decides on every episode's task count; the import must agree with it
     if len(tables.episodes) == tables.found:
         return tables.episodes
-    return read_tables(found, None).episodes
+    return read_tables(found, None, budget).episodes
 
 
 def _read_window(found: LeRobotSource, window: _Window, schema: DatasetSchema) -> dict[str, Any]:
-    """``{feature name: [rows, ...]}`` of the window's frames, images decoded."""
+    """``{feature name: [rows, ...]}`` of the window's frames, images decoded.
+
+    Row group by row group (an episode each, as LeRobot writes them) into arrays of the
+    whole window: the PNG bytes of one row group at a time are in memory, not the window's.
+    """
+    import pyarrow as pa
+
     start, stop = window.rows
     path = window.entries[0].data_path
     where = f"{found.where}: {path.relative_to(found.root)}"
     handle = open_parquet(path, found.where)
     names = [f.name for f in found.features if f.kind != "video"] + ["task_index"]
-    table = _read_rows(handle, start, stop, names, where)
-    out: dict[str, Any] = {}
-    rows = stop - start
+    out = allocate_columns(found, stop - start)
+    position = 0
+    for group in range(handle.metadata.num_row_groups):
+        count = handle.metadata.row_group(group).num_rows
+        low, high = max(start, position), min(stop, position + count)
+        if high > low:
+            try:
+                table = handle.read_row_group(group, columns=names)
+            except (pa.ArrowException, OSError) as err:
+                raise FormatError(f"{where} cannot be read ({err}); the file is damaged") from err
+            table = table.slice(low - position, high - low)
+            decode_into(found, table, out, low - start, low, where)
+            del table
+        position += count
     for feature in found.features:
-        label = f"{where}: column {feature.name!r}"
-        if feature.kind == "image":
-            # chunk by chunk (a row group each) into one array: no combined copy of the bytes
-            pixels = np.empty((rows, *feature.shape), dtype=np.uint8)
-            position = 0
-            for chunk in table.column(feature.name).chunks:
-                end = position + len(chunk)
-                decode_png_rows(chunk.field("bytes"), feature.shape, label, pixels[position:end],
-                                start + position)  # fmt: skip
-                position = end
-            out[feature.name] = pixels
-        elif feature.kind == "video":
+        if feature.kind == "video":
             out[feature.name] = _read_video(found, window, feature)
-        else:
-            out[feature.name] = column_array(table.column(feature.name), rows, feature.declared,
-                                             feature.dtype, label)  # fmt: skip
-    out["task_index"] = table.column("task_index").to_numpy()
     return out
 
 
-def _read_rows(handle: Any, start: int, stop: int, columns: list[str], where: str) -> Any:
-    """Rows ``[start, stop)`` of a parquet file: only the row groups that hold them."""
-    import pyarrow as pa
-
-    groups, first, position = [], None, 0
-    for group in range(handle.metadata.num_row_groups):
-        count = handle.metadata.row_group(group).num_rows
-        if position < stop and position + count > start:
-            groups.append(group)
-            first = position if first is None else first
-        position += count
-    try:
-        table = handle.read_row_groups(groups, columns=columns)
-    except (pa.ArrowException, OSError) as err:
-        raise FormatError(f"{where} cannot be read ({err}); the file is damaged") from err
-    return table.slice(start - (first or 0), stop - start)
-
-
 def _read_video(found: LeRobotSource, window: _Window, feature: Feature) -> npt.NDArray[np.uint8]:
-    parts = []
+    """The window's frames of one video feature, decoded into one array."""
+    out = np.empty((sum(e.length for e in window.entries), *feature.shape), dtype=np.uint8)
+    at = 0
     containers: dict[Any, Any] = {}
     try:
         for entry in window.entries:
@@ -225,26 +229,15 @@ def _read_video(found: LeRobotSource, window: _Window, feature: Feature) -> npt.
             where = f"{found.where}: {path.relative_to(found.root)}, episode {entry.index}"
             if path not in containers:
                 containers[path] = open_video(path, where)
-            frames = decode_video_frames(
-                containers[path], begin, end, found.fps, feature.shape, where
-            )
-            if frames.shape[0] != entry.length:
-                raise FormatError(
-                    f"{where}: decoded {frames.shape[0]} frames, expected {entry.length}"
-                )
-            parts.append(frames)
+            count = decode_video_into(containers[path], begin, end, found.fps,
+                                      out[at : at + entry.length], where)  # fmt: skip
+            if count != entry.length:
+                raise FormatError(f"{where}: decoded {count} frames, expected {entry.length}")
+            at += entry.length
     finally:
         for container in containers.values():
             container.close()
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def _fill(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """One row of the value that marks an unknown observation: NaN, 0 or False."""
-    row = np.zeros((1, *values.shape[1:]), dtype=values.dtype)
-    if values.dtype.kind in "fc":
-        row[...] = np.nan
-    return row
+    return out
 
 
 def _episode(
@@ -293,14 +286,16 @@ def _episode(
         infos[VALID_KEY] = np.arange(n + 1) < n
         episode = {
             "initial_observation": {k: v[0] for k, v in observations.items()},
-            "observations": {k: np.concatenate([v[1:], _fill(v)]) for k, v in observations.items()},
+            "observations": {
+                k: np.concatenate([v[1:], fill_row(v)]) for k, v in observations.items()
+            },
             "actions": by_role["action"],
             "rewards": by_role["reward"],
             "terminated": last_done and options.done_means == "terminated",
             "truncated": last_done and options.done_means == "truncated",
         }
         infos = {
-            k: v if k == VALID_KEY else np.concatenate([v, _fill(v)]) for k, v in infos.items()
+            k: v if k == VALID_KEY else np.concatenate([v, fill_row(v)]) for k, v in infos.items()
         }
     if infos:
         episode["initial_info"] = {k: v[0] for k, v in infos.items()}

@@ -94,4 +94,20 @@ class LeRobotExportOptions(BaseModel):
         default=True,
         description="Write next.done (True on the last frame of a terminated or truncated episode).",
     )
+    data_files_size_in_mb: float = Field(
+        default=100,
+        gt=0,
+        description=(
+            "Size in MiB at which a data parquet file ends and the next episode starts a new "
+            "one (LeRobot's data_files_size_in_mb; a file holds whole episodes)."
+        ),
+    )
+    video_files_size_in_mb: float = Field(
+        default=200,
+        gt=0,
+        description="The same for each video feature's mp4 files (video_files_size_in_mb).",
+    )
+    chunks_size: int = Field(
+        default=1000, ge=1, description="Files per chunk-NNN folder (LeRobot's chunks_size)."
+    )
     overwrite: bool = Field(default=False, description="Replace an existing destination.")

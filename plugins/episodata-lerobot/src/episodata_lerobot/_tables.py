@@ -17,11 +17,12 @@ from episodata_core.errors import FormatError, PartialFileError
 from episodata_lerobot._decode import binary_values, count_video_frames, png_size, probe_video
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from episodata_lerobot._source import Feature, LeRobotSource
 
-__all__ = ["EpisodeEntry", "Tables", "column_array", "open_parquet", "read_tables"]
+__all__ = ["EpisodeEntry", "Tables", "column_array", "open_parquet", "read_pieces", "read_tables"]
 
 SHOWN = 5
 _EPISODE_COLUMNS = ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
@@ -56,8 +57,11 @@ class Tables:
     """Every file the import reads."""
 
 
-def open_parquet(path: Path, where: str) -> Any:
-    """A ``pyarrow.parquet.ParquetFile``; a cut or damaged file is a :class:`PartialFileError`."""
+def open_parquet(path: Path, where: str, **kwargs: Any) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` (``kwargs`` its options).
+
+    A cut or damaged file is a :class:`PartialFileError`.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -66,11 +70,46 @@ def open_parquet(path: Path, where: str) -> Any:
             f"{where}: {str(path)!r} does not exist; the dataset folder is incomplete"
         )
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, **kwargs)
     except (pa.ArrowException, OSError) as err:
         raise PartialFileError(
             f"{where}: {str(path)!r} is not a readable parquet file ({err}); it is cut short "
             "or damaged (copy or download it again)"
+        ) from err
+
+
+def read_pieces(
+    path: Path, where: str, columns: list[str], batch_rows: int, budget: int,
+    groups: list[int] | None = None,
+) -> Iterator[tuple[int, Any]]:  # fmt: skip
+    """``(first row in the file, table)`` pieces of a parquet file's row groups, in order.
+
+    A row group of at most ``budget`` bytes (uncompressed, as its metadata says) is read
+    whole; a larger one in batches of ``batch_rows`` through a buffered stream, so that
+    its bytes are never all in memory. (Batch reads of small groups would cost more
+    memory than whole ones: the reader's buffers outlive the batches.)
+    """
+    import pyarrow as pa
+
+    handle = open_parquet(path, where)
+    metadata = handle.metadata
+    starts = np.cumsum(
+        [0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    )
+    try:
+        for group in range(metadata.num_row_groups) if groups is None else groups:
+            at = int(starts[group])
+            if metadata.row_group(group).total_byte_size <= budget:
+                yield at, handle.read_row_group(group, columns=columns)
+                continue
+            buffered = open_parquet(path, where, buffer_size=4 << 20)
+            for batch in buffered.iter_batches(batch_size=batch_rows, row_groups=[group],
+                                               columns=columns):  # fmt: skip
+                yield at, pa.Table.from_batches([batch])
+                at += batch.num_rows
+    except (pa.ArrowException, OSError) as err:
+        raise PartialFileError(
+            f"{where}: {str(path)!r} cannot be read ({err}); it is damaged"
         ) from err
 
 
@@ -148,8 +187,13 @@ def _check_type(feature: Feature, arrow_type: Any, where: str) -> None:
             )
 
 
-def read_tables(source: LeRobotSource, selection: list[int] | None) -> Tables:
-    """Read and check ``meta/`` and the bookkeeping of the selected episodes' files."""
+def read_tables(
+    source: LeRobotSource, selection: list[int] | None, budget: int = 256 << 20
+) -> Tables:
+    """Read and check ``meta/`` and the bookkeeping of the selected episodes' files.
+
+    PNG bytes are read ``budget / 16`` bytes at a time (one frame's pixels per row).
+    """
     where = source.where
     tasks = _read_tasks(source)
     rows = _read_episodes(source)
@@ -172,7 +216,7 @@ def read_tables(source: LeRobotSource, selection: list[int] | None) -> Tables:
         chosen = list(selection)
     files: set[Path] = {source.root / "meta" / "info.json"}
     entries = [_entry(source, by_index[e], files) for e in chosen]
-    _check_data_files(source, entries, len(tasks))
+    _check_data_files(source, entries, len(tasks), budget)
     _check_videos(source, entries)
     files.update(entry.data_path for entry in entries)
     return Tables(entries, tasks, found, sorted(files))
@@ -264,7 +308,9 @@ def _entry(source: LeRobotSource, row: dict[str, Any], files: set[Path]) -> Epis
                         start, videos)  # fmt: skip
 
 
-def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_count: int) -> None:
+def _check_data_files(
+    source: LeRobotSource, entries: list[EpisodeEntry], task_count: int, budget: int
+) -> None:
     """Row positions, counts and indexes of every selected episode; column types."""
     by_file: dict[Path, list[int]] = {}
     for position, entry in enumerate(entries):
@@ -312,30 +358,25 @@ def _check_data_files(source: LeRobotSource, entries: list[EpisodeEntry], task_c
                 )
             entries[position] = _with_row(entry, first)
         images = [f for f in source.fields if f.kind == "image"]
-        # row group by row group: the image bytes of a file are never all in memory
-        first_row = 0
-        for group in range(handle.metadata.num_row_groups) if images else ():
-            table = _read_group(handle, group, path, source.where, [f.name for f in images])
-            for feature in images:
-                values = table.column(feature.name).combine_chunks().field("bytes")
-                _check_png_headers(values, feature, f"{where}: column {feature.name!r}", first_row)
-            first_row += table.num_rows
+        if images:
+            _check_images(source, path, where, images, budget)
+
+
+def _check_images(
+    source: LeRobotSource, path: Path, where: str, images: list[Feature], budget: int
+) -> None:
+    """Every PNG header of a data file, its bytes read about ``budget / 16`` at a time."""
+    share = max(1, budget // 16)  # only headers are looked at: a small share of the budget
+    rows = max(1, share // sum(math.prod(f.shape) for f in images))
+    for first_row, table in read_pieces(path, source.where, [f.name for f in images], rows, share):
+        for feature in images:
+            values = table.column(feature.name).combine_chunks().field("bytes")
+            _check_png_headers(values, feature, f"{where}: column {feature.name!r}", first_row)
 
 
 def _with_row(entry: EpisodeEntry, row: int) -> EpisodeEntry:
     return EpisodeEntry(entry.index, entry.length, entry.tasks, entry.data_path, row,
                         entry.from_index, entry.videos)  # fmt: skip
-
-
-def _read_group(handle: Any, group: int, path: Path, where: str, columns: list[str]) -> Any:
-    import pyarrow as pa
-
-    try:
-        return handle.read_row_group(group, columns=columns)
-    except (pa.ArrowException, OSError) as err:
-        raise PartialFileError(
-            f"{where}: {str(path)!r} cannot be read ({err}); it is damaged"
-        ) from err
 
 
 def _check_png_headers(values: Any, feature: Feature, where: str, first: int) -> None:
