@@ -25,7 +25,7 @@ from episodata_core.normalize import flatten, step_key_spellings
 if TYPE_CHECKING:
     from episodata_core.schema import DatasetSchema, Role
 
-__all__ = ["StepPlan"]
+__all__ = ["StepPlan", "WriterPlans"]
 
 # each role's canonical step key, in the order the generic path builds rows
 _ROLE_KEYS: tuple[tuple[str, Role], ...] = (
@@ -176,9 +176,10 @@ class StepPlan:
     caller then takes the generic path, which validates the step and raises.
     """
 
-    __slots__ = ("_roles",)
+    __slots__ = ("_empty", "_held", "_hidden", "_reset", "_roles", "present")
 
     def __init__(self, schema: DatasetSchema, present: frozenset[str]) -> None:
+        self.present = present
         roles = []
         for canonical, role in _ROLE_KEYS:
             fields = {
@@ -189,6 +190,17 @@ class StepPlan:
             plan = _RolePlan(role, fields)
             roles.append((canonical, plan.bare_key, plan.bare_row, plan))
         self._roles = tuple(roles)
+        plans = {role: entry[3] for entry, (_, role) in zip(roles, _ROLE_KEYS, strict=True)}
+        self._reset = (plans["observation"], plans["info"])
+        # a step pays for the roles the episode holds; the others only need to be absent
+        self._held = tuple(entry for entry in roles if entry[3].fields)
+        self._empty = tuple((entry[0], entry[3]) for entry in roles if not entry[3].fields)
+        # row 0 of every action and reward field: no action led to the reset observation
+        self._hidden = tuple(
+            (spec.qualified_key, (1, *spec.shape), spec.np_dtype)
+            for spec in schema
+            if spec.role in ("action", "reward")
+        )
 
     def prepare(self, step: Any) -> _Prepared | None:
         """``(rows, terminated, truncated)`` with the flags as given, or ``None``."""
@@ -208,14 +220,36 @@ class StepPlan:
         if data.get("observations") is None:
             return None
         rows: dict[str, _Row] = {}
-        for canonical, bare_key, bare_row, plan in self._roles:
+        for canonical, bare_key, bare_row, plan in self._held:
             value = data.get(canonical)
             # the bare field inline: the common step pays no method call per role
             if bare_row is not None and (row := bare_row(value)) is not None:
                 rows[bare_key] = row
             elif not plan.add_rows(value, rows):
                 return None
+        for canonical, plan in self._empty:
+            value = data.get(canonical)
+            if value is not None and not plan.add_rows(value, rows):
+                return None
         return rows, data.get("terminated", False), data.get("truncated", False)
+
+    def reset_rows(self, observation: Any, infos: Any) -> dict[str, _Row] | None:
+        """Row 0 of a new episode whose reset gives exactly this plan's fields, or ``None``.
+
+        ``infos`` is ``None`` when the reset gives none. A reset the plan accepts gives
+        the observation and info fields of ``present`` and no others, so the generic
+        path (``writers._reset_rows``) would derive this very ``present`` from it and
+        build these very rows; every other reset is left to it.
+        """
+        if observation is None:
+            return None
+        rows: dict[str, _Row] = {}
+        observations, infos_plan = self._reset
+        if not (observations.add_rows(observation, rows) and infos_plan.add_rows(infos, rows)):
+            return None
+        for key, shape, dtype in self._hidden:
+            rows[key] = np.zeros(shape, dtype=dtype)
+        return rows
 
     def exact(self, data: Mapping[str, Any], keys: Collection[str]) -> bool:
         """Whether the roles under canonical ``keys`` of ``data`` are exact as they are.
@@ -228,3 +262,27 @@ class StepPlan:
             for canonical, *_, plan in self._roles
             if canonical in keys
         )
+
+
+class WriterPlans:
+    """The step plans of one dataset's writers, by the fields their episodes hold.
+
+    Compiling a plan costs about as much as recording a dozen steps; a writer per
+    episode would pay it for every episode, although the episodes of one recording
+    almost always hold the same fields. ``last`` is the plan handed out last: the one
+    the next reset most likely matches.
+    """
+
+    __slots__ = ("_by_present", "last")
+
+    def __init__(self) -> None:
+        self._by_present: dict[frozenset[str], StepPlan] = {}
+        self.last: StepPlan | None = None
+
+    def get(self, schema: DatasetSchema, present: frozenset[str]) -> StepPlan:
+        """The plan of episodes of ``schema`` that hold the fields ``present``."""
+        plan = self._by_present.get(present)
+        if plan is None:
+            plan = self._by_present[present] = StepPlan(schema, present)
+        self.last = plan
+        return plan

@@ -12,6 +12,7 @@ import numpy as np
 from episodata_core import _bulk, _shared_writer, hooks, location, registry
 from episodata_core._batching import BATCH_BYTES, add_rows
 from episodata_core._options import validate_options
+from episodata_core._step_plan import WriterPlans
 from episodata_core._version import __version__
 from episodata_core.episode import Episode
 from episodata_core.errors import DatasetStateError, SchemaError
@@ -78,6 +79,7 @@ class Dataset:
         self._transition_indexes: dict[int, SegmentIndex] = {}
         self._resolved_fields: dict[str | None, tuple[str, ...]] = {}
         self._rng = np.random.default_rng()
+        self._writer_plans = WriterPlans()
         if writer is not None:
             self._join(writer)
 

@@ -21,12 +21,12 @@ def test_appends_grow_capacity_geometrically() -> None:
     backend = MemoryBackend.create(_state_schema(), None, MemoryOptions(initial_rows=1))
     rows = example_rows(backend.schema, 1, seed=0)
     episode = backend.start_episode(rows)
-    buffer = backend._ongoing_rows[episode]["observation/state"]
+    buffers = backend._ongoing_rows[episode].buffers
     reallocations = 0
     for _ in range(10_000):
-        before = buffer.data
+        before = buffers["observation/state"]
         backend.append_rows(episode, rows)
-        reallocations += buffer.data is not before
+        reallocations += buffers["observation/state"] is not before
     # doubling: about log2(10_000) reallocations, not one per append
     assert reallocations <= 15
 
@@ -36,7 +36,7 @@ def test_reading_an_ongoing_episode_returns_views_not_copies() -> None:
     rows = example_rows(backend.schema, 50, seed=1)
     episode = backend.start_episode(rows)
     read = backend.read_rows(episode, 0, 50, ["observation/state"])["observation/state"]
-    buffer = backend._ongoing_rows[episode]["observation/state"].data
+    buffer = backend._ongoing_rows[episode].buffers["observation/state"]
     assert np.shares_memory(read, buffer)
     assert not read.flags.writeable
 

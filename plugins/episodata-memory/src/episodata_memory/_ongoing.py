@@ -1,0 +1,96 @@
+"""The rows of one ongoing episode: a buffer per field, all of one length.
+
+A step-written episode grows one row at a time, and the per-row cost is what bounds
+recording in memory. The fields share one row count and one capacity, so an append
+checks the capacity once for all of them; a one-row append writes each field through a
+``[capacity, 1, *shape]`` view of its buffer with a plain index, which NumPy does about
+twice as fast as the equivalent one-row slice assignment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from episodata_core.errors import SchemaError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from episodata_core.protocols import Rows
+
+__all__ = ["OngoingRows"]
+
+_FIRST_CAPACITY = 16
+
+
+class OngoingRows:
+    """Rows ``[0, size)`` of every field of one ongoing episode, with spare capacity.
+
+    Capacity doubles when full. An append that raises (a block of the wrong shape)
+    leaves ``size`` as it was: rows past ``size`` are never read, so the episode is
+    unchanged.
+    """
+
+    __slots__ = ("_single", "buffers", "capacity", "size")
+
+    def __init__(self, rows: Rows) -> None:
+        count = int(next(iter(rows.values())).shape[0])
+        self.capacity = max(_FIRST_CAPACITY, count)
+        self.buffers: dict[str, npt.NDArray[Any]] = {}
+        self._single: dict[str, npt.NDArray[Any]] = {}
+        for key, block in rows.items():
+            data = np.empty((self.capacity, *block.shape[1:]), dtype=block.dtype)
+            data[:count] = block
+            self._keep(key, data)
+        self.size = count
+
+    def _keep(self, key: str, data: npt.NDArray[Any]) -> None:
+        self.buffers[key] = data
+        # row i of this view is the [1, *shape] block data[i : i + 1]
+        self._single[key] = data.reshape(data.shape[0], 1, *data.shape[1:])
+
+    def append(self, rows: Rows) -> int:
+        """Append ``rows`` (the episode's fields, ``[n, *shape]`` each); returns ``n``."""
+        size = self.size
+        count = len(next(iter(rows.values())))
+        stop = size + count
+        if stop > self.capacity:
+            self._grow(stop)
+        if count == 1:
+            single = self._single
+            for key, block in rows.items():
+                single[key][size] = block
+        else:
+            # a one-row block would broadcast over the others' rows: refuse it first
+            lengths = {key: len(block) for key, block in rows.items()}
+            if set(lengths.values()) != {count}:
+                raise SchemaError(f"rows of one append differ in length: {lengths}")
+            buffers = self.buffers
+            for key, block in rows.items():
+                buffers[key][size:stop] = block
+        self.size = stop
+        return count
+
+    def _grow(self, needed: int) -> None:
+        capacity = max(needed, 2 * self.capacity)
+        for key, old in list(self.buffers.items()):
+            data = np.empty((capacity, *old.shape[1:]), dtype=old.dtype)
+            data[: self.size] = old[: self.size]
+            self._keep(key, data)
+        self.capacity = capacity
+
+    def view(self, key: str) -> npt.NDArray[Any]:
+        """The filled rows of one field (a view; stale after the next growth)."""
+        return self.buffers[key][: self.size]
+
+    def views(self) -> dict[str, npt.NDArray[Any]]:
+        """The filled rows of every field."""
+        size = self.size
+        return {key: data[:size] for key, data in self.buffers.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the filled rows of every field."""
+        return sum(int(self.view(key).nbytes) for key in self.buffers)
