@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OngoingRows"]
 
-_FIRST_CAPACITY = 16
+_FIRST_CAPACITY = 64
 
 
 class OngoingRows:
