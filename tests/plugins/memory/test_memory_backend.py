@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from episodata_core.errors import SchemaError
 from episodata_core.schema import DatasetSchema, FieldSpec
 from episodata_core.testing import BackendTests, example_rows
 from episodata_memory import MemoryBackend, MemoryOptions, _gather_windows
@@ -50,10 +52,6 @@ def test_finalized_reads_are_read_only_views() -> None:
 
 
 def test_memory_backend_refuses_a_path() -> None:
-    import pytest
-
-    from episodata_core.errors import SchemaError
-
     with pytest.raises(SchemaError, match="takes no path"):
         MemoryBackend.create(_state_schema(), "somewhere", MemoryOptions())
 
@@ -103,3 +101,63 @@ def test_window_gather_reads_a_growable_prefix_without_touching_spare_capacity()
     got = _gather_windows(view, np.array([0, 1], dtype=np.int64), 4)
     np.testing.assert_array_equal(got[0], rows["observation/state"][0:4])
     np.testing.assert_array_equal(got[1], rows["observation/state"][1:5])
+
+
+def _two_field_schema() -> DatasetSchema:
+    return DatasetSchema(
+        [
+            FieldSpec("state", shape=(2,), dtype="float32"),
+            FieldSpec("action", shape=(), dtype="int64", role="action"),
+        ]
+    )
+
+
+def _stored(backend: MemoryBackend, episode: int) -> dict[str, np.ndarray]:
+    length = int(backend.episode_table().length[episode])
+    return {
+        key: np.array(block)
+        for key, block in backend.read_rows(
+            episode, 0, length + 1, backend.schema.qualified_keys
+        ).items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("state_rows", "action_rows"),
+    [(1, 2), (2, 1), (3, 0), (2, 3)],  # one-row and several-row appends, either field longer
+)
+def test_an_append_whose_blocks_differ_in_length_is_refused_and_changes_nothing(
+    state_rows: int, action_rows: int
+) -> None:
+    backend = MemoryBackend.create(_two_field_schema(), None, MemoryOptions())
+    start = example_rows(backend.schema, 3, seed=4)
+    episode = backend.start_episode(start)
+    bad = {
+        "observation/state": np.full((state_rows, 2), 9.0, np.float32),
+        "action/action": np.full(action_rows, 9, np.int64),
+    }
+    with pytest.raises(SchemaError, match="one row count n shared by all fields"):
+        backend.append_rows(episode, bad)
+    assert int(backend.episode_table().length[episode]) == 2
+    stored = _stored(backend, episode)
+    for key, block in start.items():
+        np.testing.assert_array_equal(stored[key], block)
+    # the episode goes on as if the bad append never happened
+    more = example_rows(backend.schema, 2, seed=5)
+    backend.append_rows(episode, more)
+    backend.finalize_episode(episode, terminated=True, truncated=False)
+    stored = _stored(backend, episode)
+    for key in start:
+        np.testing.assert_array_equal(stored[key], np.concatenate([start[key], more[key]]))
+
+
+def test_an_append_of_the_wrong_row_shape_is_refused_with_the_fields_shapes() -> None:
+    backend = MemoryBackend.create(_two_field_schema(), None, MemoryOptions())
+    episode = backend.start_episode(example_rows(backend.schema, 1, seed=6))
+    bad = {
+        "observation/state": np.zeros((1, 3), np.float32),
+        "action/action": np.zeros(1, np.int64),
+    }
+    with pytest.raises(SchemaError, match=r"'observation/state': \('n', 2\)"):
+        backend.append_rows(episode, bad)
+    assert int(backend.episode_table().length[episode]) == 0

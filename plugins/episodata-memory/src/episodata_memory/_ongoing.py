@@ -58,20 +58,31 @@ class OngoingRows:
         stop = size + count
         if stop > self.capacity:
             self._grow(stop)
-        if count == 1:
-            single = self._single
-            for key, block in rows.items():
-                single[key][size] = block
-        else:
-            # a one-row block would broadcast over the others' rows: refuse it first
-            lengths = {key: len(block) for key, block in rows.items()}
-            if set(lengths.values()) != {count}:
-                raise SchemaError(f"rows of one append differ in length: {lengths}")
-            buffers = self.buffers
-            for key, block in rows.items():
-                buffers[key][size:stop] = block
+        # a one-row block would broadcast over the others' rows: refuse it first
+        if count != 1 and any(len(block) != count for block in rows.values()):
+            raise self._misfit(rows)
+        try:
+            if count == 1:
+                single = self._single
+                for key, block in rows.items():
+                    single[key][size] = block
+            else:
+                buffers = self.buffers
+                for key, block in rows.items():
+                    buffers[key][size:stop] = block
+        except ValueError:
+            # NumPy refused a block (wrong length or row shape); nothing counts yet
+            raise self._misfit(rows) from None
         self.size = stop
         return count
+
+    def _misfit(self, rows: Rows) -> SchemaError:
+        got = {key: tuple(np.shape(block)) for key, block in rows.items()}
+        want = {key: ("n", *data.shape[1:]) for key, data in self.buffers.items()}
+        return SchemaError(
+            f"rows {got} do not fit the episode's fields {want}: every block needs the "
+            "field's row shape and one row count n shared by all fields"
+        )
 
     def _grow(self, needed: int) -> None:
         capacity = max(needed, 2 * self.capacity)
