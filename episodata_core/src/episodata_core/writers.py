@@ -16,10 +16,12 @@ from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaE
 from episodata_core.normalize import coerce, flatten, split_step
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
 
     from episodata_core._step_plan import StepPlan
     from episodata_core.dataset import Dataset
+    from episodata_core.protocols import StorageBackend
     from episodata_core.schema import DatasetSchema, FieldSpec, Role
 
 __all__ = ["ActionOutEpisodeWriter", "AutoresetMode", "EpisodeWriter", "VectorEpisodeWriter"]
@@ -157,6 +159,9 @@ class EpisodeWriter:
         self._present = present
         self._generic: _RowBuilder | None = None
         self._plan: StepPlan = dataset._writer_plans.get(dataset.schema, present)
+        # the backend whose append_step (None: it has none) add_step last looked up
+        self._bound: StorageBackend | None = None
+        self._append_step: Callable[[int, Mapping[str, Any]], None] | None = None
         self._closed = False
         # counted here so that error locations cost nothing on the hot path
         self._steps = steps
@@ -226,11 +231,19 @@ class EpisodeWriter:
         # recording in memory, and each call saved here is a few percent of a step
         exact = None if self._closed else self._plan.prepare(step)
         if exact is not None:
-            rows, terminated, truncated = exact
+            values, terminated, truncated = exact
             if type(terminated) is bool and type(truncated) is bool:
                 dataset = self._dataset
+                backend = dataset._backend
+                if backend is not self._bound:
+                    self._bound = backend
+                    self._append_step = getattr(backend, "append_step", None)
+                append_step = self._append_step
                 with dataset._io_lock:
-                    dataset._backend.append_rows(self._episode, rows)
+                    if append_step is not None:
+                        append_step(self._episode, values)
+                    else:
+                        backend.append_rows(self._episode, self._plan.rows(values))
                 self._steps += 1
                 if terminated or truncated:
                     self._finalize(terminated=terminated, truncated=truncated)
@@ -244,7 +257,8 @@ class EpisodeWriter:
         exact = self._plan.prepare(step)
         if exact is None:
             return self._prepare_generic(step)
-        rows, terminated, truncated = exact
+        values, terminated, truncated = exact
+        rows = self._plan.rows(values)
         if type(terminated) is not bool or type(truncated) is not bool:
             # the generic path checks the flags after the rows, which the plan has just
             # accepted, so the generic check here raises the very same errors

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -160,4 +162,72 @@ def test_an_append_of_the_wrong_row_shape_is_refused_with_the_fields_shapes() ->
     }
     with pytest.raises(SchemaError, match=r"'observation/state': \('n', 2\)"):
         backend.append_rows(episode, bad)
+    assert int(backend.episode_table().length[episode]) == 0
+
+
+# -- append_step: a step's exact values, without [1, ...] rows ---------------------------
+
+_STEP_DTYPES = ["float16", "float32", "float64", "int8", "int64", "uint64", "bool"]
+
+
+def _exact_scalars(dtype: str) -> st.SearchStrategy[object]:
+    """Python scalars that the step plan passes on as exact for a field of ``dtype``."""
+    kind = np.dtype(dtype).kind
+    if kind == "b":
+        return st.booleans() | st.sampled_from([0, 1])
+    if kind in "iu":
+        info = np.iinfo(dtype)
+        return st.booleans() | st.integers(int(info.min), int(info.max))
+    largest = float(np.finfo(dtype).max)
+    exact = 2 ** min(np.finfo(dtype).nmant + 1, 53)
+    finite = st.floats(-largest, largest, width=64)
+    specials = st.sampled_from([math.inf, -math.inf, math.nan, -0.0])
+    return finite | specials | st.integers(-exact, exact) | st.booleans()
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(_STEP_DTYPES))
+def test_append_step_stores_what_append_rows_stores_for_the_same_values(
+    data: st.DataObject, dtype: str
+) -> None:
+    schema = DatasetSchema(
+        [
+            FieldSpec("state", shape=(2,), dtype="float32"),
+            FieldSpec("x", shape=(), dtype=dtype),
+            FieldSpec("y", shape=(), dtype=dtype),
+        ]
+    )
+    scalar = data.draw(_exact_scalars(dtype))
+    numpy_scalar = np.dtype(dtype).type(data.draw(_exact_scalars(dtype)))
+    state = np.array(data.draw(st.lists(st.floats(width=32), min_size=2, max_size=2)), np.float32)
+    values = {"observation/state": state, "observation/x": scalar, "observation/y": numpy_scalar}
+    # the oracle: the rows the generic path builds, through append_rows
+    rows = {
+        "observation/state": state[None],
+        "observation/x": np.array(scalar, dtype=dtype, ndmin=1),
+        "observation/y": np.array(numpy_scalar, dtype=dtype, ndmin=1),
+    }
+    stepped = MemoryBackend.create(schema, None, MemoryOptions())
+    blocked = MemoryBackend.create(schema, None, MemoryOptions())
+    start = example_rows(schema, 1, seed=7)
+    for backend in (stepped, blocked):
+        backend.start_episode(start)
+    stepped.append_step(0, values)
+    blocked.append_rows(0, rows)
+    state[:] = 5.0  # the caller reuses its array: the stored row must not change
+    got, want = _stored(stepped, 0), _stored(blocked, 0)
+    for key in want:
+        assert got[key].dtype == want[key].dtype
+        assert got[key].tobytes() == want[key].tobytes(), key
+
+
+def test_append_step_refuses_other_fields_and_changes_nothing() -> None:
+    backend = MemoryBackend.create(_two_field_schema(), None, MemoryOptions())
+    episode = backend.start_episode(example_rows(backend.schema, 1, seed=8))
+    with pytest.raises(SchemaError, match="do not match the episode's fields"):
+        backend.append_step(episode, {"observation/state": np.zeros(2, np.float32)})
+    with pytest.raises(SchemaError, match=r"'observation/state': \('n', 2\)"):
+        backend.append_step(
+            episode, {"observation/state": np.zeros(3, np.float32), "action/action": 1}
+        )
     assert int(backend.episode_table().length[episode]) == 0

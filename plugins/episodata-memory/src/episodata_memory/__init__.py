@@ -23,7 +23,7 @@ from episodata_memory._growable import Growable
 from episodata_memory._ongoing import OngoingRows
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Self
 
     from episodata_core.schema import DatasetSchema
@@ -152,6 +152,20 @@ class MemoryBackend:
                 f"fields {sorted(ongoing.buffers)}"
             )
         ongoing.append(rows)
+        self._stale_lengths[episode] = ongoing
+        self._table = None  # the episode's length changed (_index_changed, inlined)
+
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Append one step's exact values (``SupportsAppendStep``): one row per field."""
+        ongoing = self._ongoing_rows.get(episode)
+        if ongoing is None:
+            ongoing = self._ongoing_buffers(episode)  # raises: closed, or not ongoing
+        if values.keys() != ongoing.buffers.keys():
+            raise SchemaError(
+                f"episode {episode}: values for {sorted(values)} do not match the "
+                f"episode's fields {sorted(ongoing.buffers)}"
+            )
+        ongoing.append_values(values)
         self._stale_lengths[episode] = ongoing
         self._table = None  # the episode's length changed (_index_changed, inlined)
 
