@@ -234,12 +234,12 @@ class EpisodeWriter:
             values, terminated, truncated = exact
             if type(terminated) is bool and type(truncated) is bool:
                 dataset = self._dataset
-                backend = dataset._backend
-                if backend is not self._bound:
-                    self._bound = backend
-                    self._append_step = getattr(backend, "append_step", None)
-                append_step = self._append_step
                 with dataset._io_lock:
+                    backend = dataset._backend
+                    if backend is not self._bound:
+                        self._bound = backend
+                        self._append_step = getattr(backend, "append_step", None)
+                    append_step = self._append_step
                     if append_step is not None:
                         append_step(self._episode, values)
                     else:
