@@ -29,9 +29,9 @@ class Sizes:
     image_steps: int = 500
     image_length: int = 32
     image_batch: int = 64
-    # W5: CartPole-shaped step writes
-    write_steps: int = 100_000
-    write_episode_steps: int = 200
+    # W5: CartPole-shaped step writes, episodes of each length (CartPole's random policy
+    # averages about 22 steps; 200 is where CartPole-v0 truncates)
+    write_episode_lengths: tuple[int, ...] = (22, 200)
     # W6: index growth (episodes of index_steps transitions)
     index_sizes: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
     index_steps: int = 80
@@ -69,7 +69,6 @@ PRESETS: dict[str, Sizes] = {
         state_steps=500,
         image_episodes=20,
         image_steps=250,
-        write_steps=10_000,
         index_sizes=(10**3, 10**4, 10**5),
         online_prefill=(10, 10**2, 10**3),
         online_steps=100,
@@ -96,8 +95,6 @@ PRESETS: dict[str, Sizes] = {
         image_steps=40,
         image_length=8,
         image_batch=4,
-        write_steps=400,
-        write_episode_steps=50,
         index_sizes=(10, 100),
         index_steps=20,
         online_prefill=(2, 20),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.measure import MB, RSSMonitor, disk_bytes, interleave, time_first
+from benchmarks.measure import MB, CallStats, RSSMonitor, disk_bytes, interleave, time_first
 from benchmarks.peers import installed
 from benchmarks.results import Figure, Role, WorkloadResult
 
@@ -48,11 +48,16 @@ class Opened:
     ``open()`` returns the callable that produces one result (a batch, a call); the time
     from ``open()`` to its first result is the first-batch latency. ``check(call)`` runs
     once before timing and raises when a result differs from the ceiling's.
+    ``finish()`` runs once after every round (e.g. a dataset's ``close()``, where a
+    backend folds what it deferred); its time is spread over the units the rounds
+    produced and counted in the rate (``extra["finish_ms"]``, and the rate without it
+    in ``extra["rate_before_finish"]``).
     """
 
     open: Callable[[], Callable[[], Any]]
     check: Callable[[Callable[[], Any]], None] | None = None
     pause: Callable[[], Any] | None = None
+    finish: Callable[[], Any] | None = None
     disk: Path | None = None
     units_per_call: float = 1.0
     note: str = ""
@@ -65,6 +70,7 @@ class _Entry:
     role: Role
     build: Callable[[], Opened]
     requires: str | None
+    unit: str | None = None
 
 
 def assert_rows_equal(what: str, got: Mapping[str, Any], want: Mapping[str, Any]) -> None:
@@ -102,9 +108,14 @@ class Systems:
         build: Callable[[], Opened],
         *,
         requires: str | None = None,
+        unit: str | None = None,
     ) -> None:
-        """Register a system; ``requires`` names a module that must be installed."""
-        self._entries.append(_Entry(name, role, build, requires))
+        """Register a system; ``requires`` names a module that must be installed.
+
+        ``unit`` overrides the workload's unit for this system (e.g. a floor measured
+        per call among systems measured per step).
+        """
+        self._entries.append(_Entry(name, role, build, requires, unit))
 
     def run(self) -> None:
         """Build, check and time every system; append a figure per system to the result."""
@@ -119,7 +130,7 @@ class Systems:
         opened: dict[str, Opened] = {}
         figures: dict[str, Figure] = {}
         for entry in self._entries:
-            figure = Figure(entry.name, entry.role, self._unit)
+            figure = Figure(entry.name, entry.role, entry.unit or self._unit)
             figures[entry.name] = figure
             self._result.figures.append(figure)
             if entry.requires is not None and not installed(entry.requires):
@@ -170,3 +181,23 @@ class Systems:
         for system in opened.values():
             if system.pause is not None:
                 system.pause()
+        for name, system in opened.items():
+            if system.finish is not None:
+                _finish(figures[name], system.finish, stats[name])
+
+
+def _finish(figure: Figure, finish: Callable[[], Any], stat: CallStats) -> None:
+    """Run ``finish`` once and spread its time over every unit the rounds produced."""
+    began = time.perf_counter()
+    try:
+        finish()
+    except Exception as err:  # noqa: BLE001 (a failing system is reported, not fatal)
+        figure.status = f"error: {type(err).__name__} in finish: {err}"
+        figure.extra["traceback"] = traceback.format_exc(limit=6)
+        return
+    seconds = time.perf_counter() - began
+    figure.extra["finish_ms"] = seconds * 1e3
+    units = len(stat.latencies) * stat.units_per_call
+    if figure.rate and units:
+        figure.extra["rate_before_finish"] = figure.rate
+        figure.rate = 1.0 / (1.0 / figure.rate + seconds / units)

@@ -80,6 +80,29 @@ def test_missing_peers_are_reported_as_not_installed(tiny_run):
         assert {f["status"] for f in torchrl} == {"ok"}
 
 
+def test_w5_records_both_lengths_in_every_mode_against_the_sync_floor(tiny_run):
+    _, document = tiny_run
+    (w5,) = [w for w in document["workloads"] if w["id"] == "W5"]
+    figures = {f["system"]: f for f in w5["figures"]}
+    for steps in (22, 200):
+        for mode in ("memory", "zarr", "zarr sync"):
+            figure = figures[f"episodata {mode} @{steps}"]
+            assert figure["status"] == "ok", figure
+            # close() ran after the rounds and is part of the rate
+            assert figure["extra"]["finish_ms"] >= 0
+            assert figure["rate"] <= figure["extra"]["rate_before_finish"]
+        assert figures[f"numpy-append @{steps}"]["status"] == "ok"
+    assert figures["append + fdatasync"]["status"] == "ok"
+    assert figures["append + fdatasync"]["unit"] == "syncs/s"
+    names = [t["name"] for t in w5["targets"]]
+    assert "episodata memory steps/s @22" in names
+    for steps in (22, 200):
+        assert f"episodata zarr @{steps} / episodata memory @{steps}" in names
+        sync = next(t for t in w5["targets"] if t["name"].endswith(f"per episode @{steps}"))
+        assert sync["comparison"] == "<="
+        assert sync["value"] is not None
+
+
 def test_results_load_back(tiny_run, monkeypatch):
     _, document = tiny_run
     monkeypatch.syspath_prepend(str(ROOT))

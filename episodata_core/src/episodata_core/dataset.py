@@ -12,6 +12,7 @@ import numpy as np
 from episodata_core import _bulk, _shared_writer, hooks, location, registry
 from episodata_core._batching import BATCH_BYTES, add_rows
 from episodata_core._options import validate_options
+from episodata_core._step_plan import WriterPlans
 from episodata_core._version import __version__
 from episodata_core.episode import Episode
 from episodata_core.errors import DatasetStateError, SchemaError
@@ -78,6 +79,7 @@ class Dataset:
         self._transition_indexes: dict[int, SegmentIndex] = {}
         self._resolved_fields: dict[str | None, tuple[str, ...]] = {}
         self._rng = np.random.default_rng()
+        self._writer_plans = WriterPlans()
         if writer is not None:
             self._join(writer)
 
@@ -581,7 +583,11 @@ class Dataset:
         return EpisodeWriter.resume(self, episode.index)
 
     def _after_episode_written(self, index: int) -> None:
-        hooks.get_plugin_manager().hook.after_episode_written(dataset=self, episode=index)
+        caller = hooks.get_plugin_manager().hook.after_episode_written
+        # most processes register no such hook, and pluggy's call of none costs about
+        # as much as recording a step in memory
+        if caller.get_hookimpls():
+            caller(dataset=self, episode=index)
 
     def update_metadata(self, values: Mapping[str, Any]) -> None:
         """Merge ``values`` into the dataset metadata and rewrite the manifest atomically."""
@@ -618,8 +624,10 @@ class Dataset:
                 f"{self.location!r} was opened with read_only=True; open it again without "
                 "it to write"
             )
+        if self._lease is not None:
+            return
         folder = self.location
-        if folder is None or self._lease is not None:
+        if folder is None:
             return
         backend_cls = type(self._backend)
         options = self._backend_options()

@@ -39,6 +39,7 @@ __all__ = [
     "Sampler",
     "StorageBackend",
     "SupportsAddEpisodes",
+    "SupportsAppendStep",
     "SupportsFlush",
     "SupportsPersistence",
     "SupportsVerify",
@@ -175,6 +176,26 @@ class SupportsFlush(Protocol):
 
     def flush(self) -> None:
         """Make every row written so far durable, ongoing episodes included."""
+        ...
+
+
+@runtime_checkable
+class SupportsAppendStep(Protocol):
+    """A backend that appends one step's values without ``[1, ...]`` rows around them.
+
+    The step writers call it instead of :meth:`StorageBackend.append_rows` for a step
+    whose every value is already exact (see ``episodata_core._step_plan``); the stored
+    row must equal what ``append_rows`` stores for the rows ``value[None]`` (arrays,
+    0-d arrays) or ``np.array(value, dtype, ndmin=1)`` (scalars).
+    """
+
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Append one row to an ongoing episode, the same fields as ``start_episode``.
+
+        ``values[key]`` is an array of the field's dtype and shape, a NumPy scalar or
+        0-d array of its dtype, or a Python bool, int or float that NumPy assigns into
+        the dtype exactly. Copy them: the caller may reuse its arrays.
+        """
         ...
 
 

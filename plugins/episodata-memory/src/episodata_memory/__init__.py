@@ -3,9 +3,9 @@
 Finalized episodes live back to back in one growable array per field, so a batch of
 windows is one gather per field: each window is a contiguous run of rows, copied as one
 item (see :func:`_gather_windows`). Ongoing episodes grow in buffers of
-their own and move into the shared arrays once, when they are finalized: appends are
-amortized O(1) and reading an ongoing episode slices its buffer instead of
-concatenating.
+their own (:class:`~episodata_memory._ongoing.OngoingRows`) and move into the shared
+arrays once, when they are finalized: appends are amortized O(1) and reading an ongoing
+episode slices its buffer instead of concatenating.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
 from episodata_memory._growable import Growable
+from episodata_memory._ongoing import OngoingRows
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Self
 
     from episodata_core.schema import DatasetSchema
@@ -67,7 +68,9 @@ class MemoryBackend:
         self._truncated = Growable((), np.dtype(np.bool_), 64)
         self._ongoing = Growable((), np.dtype(np.bool_), 64)
         self._present = {key: Growable((), np.dtype(np.bool_), 64) for key in self._optional}
-        self._ongoing_rows: dict[int, dict[str, Growable]] = {}
+        self._ongoing_rows: dict[int, OngoingRows] = {}
+        # ongoing episodes whose length column lags behind their buffers
+        self._stale_lengths: dict[int, OngoingRows] = {}
         self._table: EpisodeTable | None = None
         self._initial_rows = rows
         self._closed = False
@@ -101,6 +104,12 @@ class MemoryBackend:
         self._table = None
 
     def _build_table(self) -> EpisodeTable:
+        # appends count an ongoing episode's rows in its buffers alone (one NumPy write
+        # less per step); the length column catches up here, when someone asks
+        length = self._length.data
+        for episode, ongoing in self._stale_lengths.items():
+            length[episode] = ongoing.size - 1
+        self._stale_lengths.clear()
         # the columns are views of the index itself: read-only, like every read
         return EpisodeTable(
             length=_read_only(self._length.view()),
@@ -127,34 +136,46 @@ class MemoryBackend:
     def start_episode(self, rows: Rows) -> int:
         """Begin an ongoing episode in buffers of its own."""
         self._check_open()
-        buffers = {}
-        for key, block in rows.items():
-            grow = Growable(block.shape[1:], block.dtype, max(16, block.shape[0]))
-            grow.extend(block)
-            buffers[key] = grow
+        buffers = OngoingRows(rows)
         episode = self._new_index_entry(rows, row_start=-1, ongoing=True)
         self._ongoing_rows[episode] = buffers
         return episode
 
     def append_rows(self, episode: int, rows: Rows) -> None:
         """Append rows to an ongoing episode; amortized O(rows)."""
-        buffers = self._ongoing_buffers(episode)
-        if rows.keys() != buffers.keys():
+        ongoing = self._ongoing_rows.get(episode)
+        if ongoing is None:
+            ongoing = self._ongoing_buffers(episode)  # raises: closed, or not ongoing
+        if rows.keys() != ongoing.buffers.keys():
             raise SchemaError(
                 f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
-                f"fields {sorted(buffers)}"
+                f"fields {sorted(ongoing.buffers)}"
             )
-        for key, block in rows.items():
-            buffers[key].extend(block)
-        self._index_changed()
-        self._length.data[episode] += _num_rows(rows)
+        ongoing.append(rows)
+        self._stale_lengths[episode] = ongoing
+        self._table = None  # the episode's length changed (_index_changed, inlined)
+
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Append one step's exact values (``SupportsAppendStep``): one row per field."""
+        ongoing = self._ongoing_rows.get(episode)
+        if ongoing is None:
+            ongoing = self._ongoing_buffers(episode)  # raises: closed, or not ongoing
+        if values.keys() != ongoing.buffers.keys():
+            raise SchemaError(
+                f"episode {episode}: values for {sorted(values)} do not match the "
+                f"episode's fields {sorted(ongoing.buffers)}"
+            )
+        ongoing.append_values(values)
+        self._stale_lengths[episode] = ongoing
+        self._table = None  # the episode's length changed (_index_changed, inlined)
 
     def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
         """Move an ongoing episode's rows into the shared arrays."""
-        buffers = self._ongoing_buffers(episode)
-        rows = {key: grow.view() for key, grow in buffers.items()}
+        ongoing = self._ongoing_buffers(episode)
         self._index_changed()
-        self._row_start.data[episode] = self._append_shared(rows)
+        self._row_start.data[episode] = self._append_shared(ongoing.views())
+        self._length.data[episode] = ongoing.size - 1
+        self._stale_lengths.pop(episode, None)
         self._terminated.data[episode] = terminated
         self._truncated.data[episode] = truncated
         self._ongoing.data[episode] = False
@@ -194,7 +215,7 @@ class MemoryBackend:
         base = int(self._row_start.data[episode])
         if base < 0:
             source = self._ongoing_rows[episode]
-            return {key: _read_only(source[key].view()[start:stop]) for key in fields}
+            return {key: _read_only(source.view(key)[start:stop]) for key in fields}
         return {
             key: _read_only(self._rows[key].view()[base + start : base + stop]) for key in fields
         }
@@ -249,8 +270,8 @@ class MemoryBackend:
         )
         for key, batch in out.items():
             batch[b] = 0
-            if key in buffers:
-                batch[b, offset : offset + count] = buffers[key].view()[start : start + count]
+            if key in buffers.buffers:
+                batch[b, offset : offset + count] = buffers.view(key)[start : start + count]
 
     def _zeros(self, key: str, shape: tuple[int, ...]) -> npt.NDArray[Any]:
         spec = self._specs[key]
@@ -263,12 +284,13 @@ class MemoryBackend:
         self._closed = True
         self._rows.clear()
         self._ongoing_rows.clear()
+        self._stale_lengths.clear()
 
     def _check_open(self) -> None:
         if self._closed:
             raise DatasetStateError("the dataset is closed")
 
-    def _ongoing_buffers(self, episode: int) -> dict[str, Growable]:
+    def _ongoing_buffers(self, episode: int) -> OngoingRows:
         self._check_open()
         try:
             return self._ongoing_rows[episode]
@@ -279,7 +301,7 @@ class MemoryBackend:
     def nbytes(self) -> int:
         """Bytes held by stored rows (not counting reserved growth capacity)."""
         shared = sum(grow.nbytes for grow in self._rows.values())
-        ongoing = sum(g.nbytes for buffers in self._ongoing_rows.values() for g in buffers.values())
+        ongoing = sum(buffers.nbytes for buffers in self._ongoing_rows.values())
         return shared + ongoing
 
 
