@@ -252,7 +252,8 @@ def _refusal(
     # as zeros, a damaged one not at all, after the other fields were written
     return IntegrityError(
         f"{write.what}: chunk {file} holds the committed rows {lo}-{hi} of {write.path} "
-        f"but {problem}; the write was refused before anything was written. Run "
+        f"but {problem}; the fold was refused before anything was written to the arrays "
+        "(the episodes stay in the episode log). Run "
         f"`episodata verify {folder}` to list the damaged episodes, and restore "
         "the file from a copy of the dataset" + (f" ({cause})" if cause else "")
     )

@@ -19,7 +19,6 @@ Problems are collected, never raised, so one report lists all of them.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,16 +169,26 @@ def _check_field(
 
 
 def _check_log(store: ZarrStore) -> list[str]:
-    """The episode log read again from the disk, checked like a reader's refresh."""
-    from episodata_zarr._impl import ZarrStore
+    """The episode log, read again through a connection of its own: blocks and episodes."""
+    from episodata_zarr._log import EpisodeLog
 
-    if not store.log.exists():
-        return []
+    log = EpisodeLog(store.folder, writable=False)
     try:
-        # a read-only store of the same folder adopts the log as any reader would
-        # (CRC-32 of every block, whole episodes, contiguous ids and rows)
-        fresh = ZarrStore.open(os.fspath(store.folder), store.options, writable=False)
+        entries = log.read()  # checks every block against its CRC-32
     except EpisodataError as err:
-        return [f"{store.folder / 'log.sqlite'}: {err}"]
-    fresh.close()
-    return []
+        return [str(err)]
+    problems = []
+    for entry in entries:
+        for key in entry.fields:
+            covered = sorted((b.first, b.first + b.count) for b in entry.blocks if b.field == key)
+            end = 0
+            for first, stop in covered:
+                if first > end:
+                    break
+                end = max(end, stop)
+            if end != entry.rows:
+                problems.append(
+                    f"{log.path}: episode {entry.id}, field {key!r}: holds rows 0-{end} of "
+                    f"the {entry.rows} it lists"
+                )
+    return problems
