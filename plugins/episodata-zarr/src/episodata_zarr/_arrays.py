@@ -166,12 +166,12 @@ class Arrays:
         if self.index.shape[0] < episodes:
             size = _capacity(self.index.shape[0], episodes, 1024)
             pending.append((None, _resize(self.index, size, grow=True)))
-        for key, future in pending:
+        for target, future in pending:
             handle = result(future, f"cannot resize arrays in {str(self.folder)!r}")
-            if key is None:
+            if target is None:
                 self.index = handle
             else:
-                self.data[key] = handle
+                self.data[target] = handle
 
     def write(self, blocks: Sequence[Block], ids: Sequence[int], entries: Any) -> None:
         """Write data blocks and index entries (rows ``ids``) in one transaction; wait.

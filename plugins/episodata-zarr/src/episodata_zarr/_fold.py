@@ -105,11 +105,11 @@ def fold(
     if len(ongoing):
         ids += ongoing.tolist()
         entries.append(index.ongoing_entries(ongoing))
-    lo = np.array([start for start, _, _ in blocks], dtype=np.int64)
-    hi = lo + np.array([count for _, count, _ in blocks], dtype=np.int64)
+    firsts = np.array([start for start, _, _ in blocks], dtype=np.int64)
+    ends = firsts + np.array([count for _, count, _ in blocks], dtype=np.int64)
     for key, handle in arrays.data.items():
         # writes never follow a link out of the folder either (an appended stranger)
-        arrays.checked.check_ranges(layouts[key].path, handle, lo, hi)
+        arrays.checked.check_ranges(layouts[key].path, handle, firsts, ends)
     # before anything is written: the writes merge into chunks that hold committed rows
     guard.check(arrays, record, rows=rows, entries=ids)
     log.sync()

@@ -65,6 +65,9 @@ __all__ = ["LOADED_IN", "ZarrStore"]
 LOADED_IN = os.getpid()
 """The process that imported TensorStore; a fork() child of it must not touch TensorStore."""
 
+_THIS_PROCESS = [LOADED_IN]  # kept current by a fork hook: os.getpid() per step costs 2 us
+os.register_at_fork(after_in_child=lambda: _THIS_PROCESS.__setitem__(0, os.getpid()))
+
 _LOG = logging.getLogger("episodata")
 
 
@@ -387,7 +390,7 @@ class ZarrStore:
                 f"the Zarr dataset {str(self.folder)!r} was opened read-only; writes go "
                 "through Dataset, which reopens it writable under the writer lock"
             )
-        if write and os.getpid() != self.pid:
+        if write and _THIS_PROCESS[0] != self.pid:
             raise DatasetStateError(
                 f"the Zarr dataset {str(self.folder)!r} was opened in process {self.pid} and "
                 "inherited through fork(); write from the process that opened it"
@@ -488,14 +491,12 @@ class ZarrStore:
             if entry.ongoing and state is not None:
                 state.logged = entry.rows
         for episode, rows, terminated, truncated in finals:
-            self.tail.ongoing.pop(episode, None)
+            if self.tail.ongoing.pop(episode, None) is None:
+                self.index.add_ongoing(rows.keys(), 1)  # a new id, finalized below
             row_start = self.tail.add(episode, rows, terminated=terminated, truncated=truncated)
             count = len(next(iter(rows.values())))
-            self.index.store(
-                episode,
-                self.index.make_entries(
-                    [row_start], [count - 1], [terminated], [truncated], [False], [rows.keys()]
-                ),
+            self.index.set_finalized(
+                episode, row_start, count - 1, terminated=terminated, truncated=truncated
             )
         if self.tail.nbytes >= self.options.fold_bytes:
             self.record = self._fold()

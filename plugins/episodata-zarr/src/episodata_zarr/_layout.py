@@ -12,6 +12,7 @@ Pure data: paths, dtypes, chunk shapes and codec lists, no I/O. The folder holds
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ class IndexLayout:
     optional: tuple[str, ...]
     fields: tuple[str, ...]
 
-    @property
+    @functools.cached_property
     def columns(self) -> tuple[str, ...]:
         """Column names, in order."""
         return (

@@ -248,7 +248,7 @@ class EpisodeLog:
     # -- snapshots ------------------------------------------------------------------------
 
     def _signature(self) -> tuple[tuple[int, int, int] | None, ...]:
-        signature = []
+        signature: list[tuple[int, int, int] | None] = []
         for suffix in ("", "-wal"):
             try:
                 status = os.stat(f"{self.path}{suffix}")
@@ -388,7 +388,7 @@ class _Syncer:
             with self.lock:
                 while self.dirty_since is None and not self.stopped:
                     self.lock.wait()
-                if self.stopped:
+                if self.stopped or self.dirty_since is None:
                     return
                 due = self.dirty_since + self.interval
                 wait = due - time.monotonic()
