@@ -8,6 +8,7 @@ rows in one transaction, write index entries, trim to the committed shapes.
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import tensorstore as ts
 from episodata_core.errors import EpisodataError
 from episodata_core.location import inside
 from episodata_zarr._confine import CheckedChunks, check_array
+from episodata_zarr._disk import chunk_file
 from episodata_zarr._layout import INDEX_PATH, IndexLayout
 from episodata_zarr._reads import result
 
@@ -55,6 +57,7 @@ class Arrays:
         self.chunks: dict[str, int] = {}  # rows per decoded chunk of each data array
         self.index: Any = None
         self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
+        self.durable_folders: set[str] = set()  # chunk folders whose entries were synced
 
     def new_context(self) -> Any:
         """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
@@ -207,6 +210,31 @@ class Arrays:
                 first_id = int(sorted_ids[run_ids[0]])
                 result(index[first_id : first_id + len(run_ids)].write(matrix[run_ids]), where)
         result(transaction.commit_async(), where)
+        if self.options.fsync:
+            self._sync_folders(blocks, ids)
+
+    def _sync_folders(self, blocks: Sequence[Block], ids: Sequence[int]) -> None:
+        """Sync the folders above the chunks just written, so their names survive power loss.
+
+        TensorStore syncs each chunk file and the folder it lands in, but not the folders
+        it creates above it (``c/``, ``c/<n>/``): after a power cut a synced chunk could
+        be unreachable. Each such folder and its parent are synced once per open.
+        """
+        rows = [(start, start + count - 1) for start, count, _ in blocks]
+        targets = [(self.layouts[key].path, handle, rows) for key, handle in self.data.items()]
+        if len(ids):
+            targets.append((INDEX_PATH, self.index, [(min(ids), max(ids))]))
+        for path, handle, spans in targets:
+            top = os.fspath(self.folder / path)
+            width = int(handle.chunk_layout.write_chunk.shape[0])
+            chunks = {c for lo, hi in spans for c in range(lo // width, hi // width + 1)}
+            for chunk in chunks:
+                folder = os.path.dirname(chunk_file(self.folder, path, handle, chunk * width))
+                while len(folder) > len(top) and folder not in self.durable_folders:
+                    _fsync(folder)
+                    _fsync(os.path.dirname(folder))
+                    self.durable_folders.add(folder)
+                    folder = os.path.dirname(folder)
 
     def trim(self, rows: int, episodes: int) -> None:
         """Shrink the arrays to the committed rows, so zarr-python sees exact shapes."""
@@ -217,6 +245,14 @@ class Arrays:
             result(future, f"cannot trim the arrays of {str(self.folder)!r}")
         if futures:
             self.open()
+
+
+def _fsync(folder: str) -> None:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _capacity(current: int, needed: int, minimum: int) -> int:

@@ -120,7 +120,16 @@ class EpisodeLog:
         self._seen: tuple[tuple[int, int, int] | None, ...] | None = None
         self.interrupted = False  # the last writer did not close (it crashed or was killed)
         if writable:
+            created = not self.path.exists()
             connection = self._connect()
+            if created and fsync:
+                # a new file's name is durable once its folder is synced; SQLite syncs
+                # the folder for a new WAL, not for a new database file
+                descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
             previous = connection.execute("SELECT value FROM meta WHERE key = 'writer'").fetchone()
             self.interrupted = previous is not None and previous[0] == "open"
             connection.execute("INSERT OR REPLACE INTO meta VALUES ('writer', 'open')")
