@@ -1,0 +1,346 @@
+"""Power cuts for tests: run a program, cut it off, and keep only what it had synced.
+
+:func:`run_and_cut` runs a program with a small C library preloaded (``powercut.c``,
+compiled here once per process with ``cc``) that sits under everything the program uses
+to write files: Python, SQLite, TensorStore all reach the disk through the C library's
+``fsync`` family, which the shim wraps. Each successful sync of a file or folder under the
+chosen root is recorded (the file's bytes, or the folder's listing); at the cut the
+program is SIGKILLed and :func:`build_image` rebuilds, from the tree as it was before the
+run and the records in order, the *durable image*: what the disk would hold after a power
+loss at that instant. Tests then open the image in place of the original.
+
+The model is the conservative one of CrashMonkey and ALICE:
+
+- a regular file holds its bytes as of its last ``fsync``/``fdatasync`` (or
+  ``sync_file_range`` with ``SYNC_FILE_RANGE_WAIT_AFTER``, ``msync`` with ``MS_SYNC``,
+  ``syncfs`` of the root's file system or ``sync``: the whole tree) during the run; a file
+  never synced during the run holds what it held when the run began, and one created
+  during the run and never synced is empty;
+- a folder holds the entries (name -> file) it had at its last sync during the run, or
+  when the run began; one created during the run and never synced is empty. So
+  ``write tmp; fsync tmp; rename tmp -> x`` without an fsync of the folder leaves the
+  *old* ``x``: a rename, a new file or an unlink is durable only once its folder is synced.
+
+Its limits, each on the strict side unless said otherwise:
+
+- no part of the unsynced writes is ever kept: a real disk may keep any subset of them
+  (whole pages, in any order), so the image is one of the possible outcomes, the
+  "everything unsynced is lost" one, not all of them; torn pages are not simulated;
+- writes through ``O_SYNC``/``O_DSYNC`` descriptors count as unsynced (stricter than
+  reality: nothing we test relies on them);
+- ``sync_file_range`` with ``WAIT_AFTER`` counts as a sync of the whole file, metadata
+  included (laxer than reality, where it syncs neither the size nor the disk's cache);
+- file systems that journal metadata (ext4) in fact make a new file's entry durable with
+  the file's fsync; the model does not (stricter);
+- a file is known by device, inode and birth time, so a reused inode number is another
+  file; where the file system records no birth time, by device and inode only;
+- hard links are materialized as copies; a folder renamed without syncing both parents
+  may show up twice, at its first place only (a real journal moves it atomically);
+- SQLite's ``-shm`` files are never synced (the image holds them empty or as they were):
+  SQLite rebuilds them from the WAL at the first open, so their content does not matter;
+- only the C library's entry points are seen: a program that makes the ``fsync``
+  system call directly (not through the C library) would have its syncs ignored.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import functools
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+__all__ = ["PowerCut", "SyncRecord", "build_image", "read_records", "run_and_cut", "shim"]
+
+SOURCE = Path(__file__).with_name("powercut.c")
+_HEADER_FIELDS = 5  # kind, device, inode, birth time, path
+
+Identity = tuple[str, str, str]
+"""A file: device (``major:minor``), inode, birth time (``sec.nsec`` or ``0``)."""
+
+
+@functools.cache
+def shim() -> Path:
+    """The compiled shim (``powercut.so``), built once per process in a temporary folder.
+
+    Raises
+    ------
+    RuntimeError
+        Not on Linux (``LD_PRELOAD`` is how it attaches), no ``cc``, or the build failed.
+    """
+    if sys.platform != "linux":
+        raise RuntimeError(f"power cuts need Linux (LD_PRELOAD); this is {sys.platform}")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError(
+            "power cuts need a C compiler to build powercut.c: neither 'cc' nor 'gcc' is on "
+            "PATH; install one (Debian/Ubuntu: apt-get install gcc)"
+        )
+    folder = Path(tempfile.mkdtemp(prefix="episodata-powercut-"))
+    atexit.register(shutil.rmtree, folder, True)
+    library = folder / "powercut.so"
+    command = [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(SOURCE)]
+    built = subprocess.run([*command, "-ldl", "-pthread"], capture_output=True, text=True)
+    if built.returncode != 0:
+        raise RuntimeError(f"building {SOURCE.name} failed: {' '.join(command)}\n{built.stderr}")
+    return library
+
+
+def _snapshot(root: Path, shadow: Path) -> None:
+    """Record the whole tree at ``root`` into ``shadow``: the state before the run."""
+    library = ctypes.CDLL(str(shim()))
+    library.powercut_snapshot.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    library.powercut_snapshot.restype = ctypes.c_int
+    if library.powercut_snapshot(os.fsencode(root), os.fsencode(shadow)) != 0:
+        raise RuntimeError(f"recording the tree at {root} before the run failed: {_error(shadow)}")
+
+
+def _error(shadow: Path) -> str:
+    path = shadow / "ERROR"
+    return path.read_text(errors="replace").strip() if path.exists() else "no details"
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """One record of the shim: a synced file's bytes or a synced folder's listing.
+
+    ``seq`` counts from 1 over the whole run, the records of the state before the run
+    first. The file's bytes start at ``offset`` in ``source``.
+    """
+
+    seq: int
+    kind: str  # "file" or "folder"
+    identity: Identity
+    path: str
+    source: Path
+    offset: int
+
+
+def read_records(shadow: str | os.PathLike[str]) -> list[SyncRecord]:
+    """The complete records in ``shadow``, in order (a record a kill cut short is skipped)."""
+    records = []
+    for source in sorted(Path(shadow).glob("*.rec")):
+        with source.open("rb") as handle:
+            head = handle.read(3 * os.pathconf(source, "PC_PATH_MAX"))
+        fields = head.split(b"\0", _HEADER_FIELDS)
+        kind, device, inode, born = (f.decode() for f in fields[: _HEADER_FIELDS - 1])
+        path = fields[_HEADER_FIELDS - 1]
+        offset = len(head) - len(fields[_HEADER_FIELDS])
+        records.append(
+            SyncRecord(
+                seq=int(source.stem),
+                kind={"F": "file", "D": "folder"}[kind],
+                identity=(device, inode, born),
+                path=os.fsdecode(path),
+                source=source,
+                offset=offset,
+            )
+        )
+    return records
+
+
+Entry = tuple[str, Identity, str]  # type ("d", "f", "l"), identity, symlink target
+
+
+def _listing(record: SyncRecord) -> dict[str, Entry]:
+    fields = record.source.read_bytes()[record.offset :].split(b"\0")
+    entries: dict[str, Entry] = {}
+    for at in range(0, len(fields) - 6, 6):
+        kind, device, inode, born, name, target = (os.fsdecode(f) for f in fields[at : at + 6])
+        entries[name] = (kind, (device, inode, born), target)
+    return entries
+
+
+def build_image(shadow: str | os.PathLike[str], image: str | os.PathLike[str]) -> None:
+    """Materialize the durable tree that the records in ``shadow`` describe at ``image``.
+
+    The first record is the root folder as it was before the run; later records replace
+    a file's bytes or a folder's entries, in order. ``image`` must not exist.
+    """
+    records = read_records(shadow)
+    if not records or records[0].kind != "folder":
+        raise RuntimeError(f"{shadow} holds no record of the tree before the run")
+    files: dict[Identity, SyncRecord] = {}
+    folders: dict[Identity, SyncRecord] = {}
+    for record in records:
+        (files if record.kind == "file" else folders)[record.identity] = record
+    listings: dict[Identity, dict[str, Entry]] = {}
+
+    def materialize(folder: Identity, at: Path, above: frozenset[Identity]) -> None:
+        at.mkdir()
+        if folder not in folders:
+            return  # created during the run and never synced: empty
+        entries = listings.setdefault(folder, _listing(folders[folder]))
+        for name, (kind, identity, target) in sorted(entries.items()):
+            if kind == "d" and identity not in above:
+                materialize(identity, at / name, above | {identity})
+            elif kind == "l":
+                os.symlink(target, at / name)
+            elif kind == "f":
+                _write_content(files.get(identity), at / name)
+
+    root = records[0].identity
+    materialize(root, Path(image), frozenset({root}))
+
+
+def _write_content(record: SyncRecord | None, target: Path) -> None:
+    with target.open("wb") as out:
+        if record is None:
+            return  # created during the run and never synced: empty
+        with record.source.open("rb") as source:
+            source.seek(record.offset)
+            shutil.copyfileobj(source, out, 1 << 20)
+
+
+@dataclass(frozen=True)
+class PowerCut:
+    """What :func:`run_and_cut` saw.
+
+    ``lines`` are the program's standard output lines (without the newline), every one
+    written before the cut. ``returncode`` is ``None`` when the cut killed the program,
+    else its exit status (it ended before the cut: the cut came after its exit).
+    ``records`` are the syncs made during the run, in order.
+    """
+
+    image: Path
+    lines: list[str]
+    returncode: int | None
+    stderr: str
+    records: list[SyncRecord]
+
+
+def run_and_cut(
+    argv: Sequence[str],
+    root: str | os.PathLike[str],
+    image: str | os.PathLike[str],
+    *,
+    cut: Callable[[str], float | None] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> PowerCut:
+    """Run ``argv`` under the shim, cut the power, and build the durable image of ``root``.
+
+    Parameters
+    ----------
+    argv
+        The program; it inherits this environment plus ``env``.
+    root
+        The folder whose syncs count (the dataset); it must exist. It is left as the
+        program left it: the image is a new folder.
+    image
+        Where the durable image goes; must not exist.
+    cut
+        Called with each line the program prints; when it returns a number, the power is
+        cut that many seconds later (SIGKILL, lines printed meanwhile still count). With
+        ``None`` (or when the program exits first) the cut comes after the program exits.
+    timeout
+        Seconds before a program that was never cut is killed and this raises.
+
+    Raises
+    ------
+    TimeoutError
+        The program neither exited nor was cut within ``timeout`` seconds.
+    RuntimeError
+        The shim could not record a sync (its message says which and why).
+    """
+    root = Path(root).resolve(strict=True)
+    library = shim()
+    work = Path(tempfile.mkdtemp(prefix="powercut-run-"))
+    try:
+        shadow = work / "shadow"
+        shadow.mkdir()
+        _snapshot(root, shadow)
+        before = len(list(shadow.glob("*.rec")))
+        preload = " ".join(filter(None, [str(library), os.environ.get("LD_PRELOAD")]))
+        environment = {
+            **os.environ,
+            **(env or {}),
+            "LD_PRELOAD": preload,
+            "POWERCUT_ROOT": str(root),
+            "POWERCUT_SHADOW": str(shadow),
+        }
+        with (work / "stderr").open("w+b") as stderr:
+            lines, returncode = _run(list(argv), environment, stderr, cut, timeout)
+            stderr.seek(0)
+            errors = stderr.read().decode(errors="replace")
+        if (shadow / "ERROR").exists():
+            raise RuntimeError(f"the shim failed to record a sync: {_error(shadow)}")
+        build_image(shadow, image)
+        records = read_records(shadow)[before:]
+        # the records' bytes are read by the image only; the list keeps their names
+        return PowerCut(Path(image), lines, returncode, errors, records)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(
+    argv: list[str],
+    environment: dict[str, str],
+    stderr: object,
+    cut: Callable[[str], float | None] | None,
+    timeout: float,
+) -> tuple[list[str], int | None]:
+    """Run until ``cut`` says so (then SIGKILL) or the program exits; its lines and status."""
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=stderr,  # type: ignore[arg-type]
+        env=environment,
+    )
+    assert process.stdout is not None
+    received: queue.Queue[bytes | None] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            received.put(line)
+        received.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    delay: float | None = None
+    ended = False
+    try:
+        while delay is None:
+            try:
+                line = received.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(
+                    f"{argv} was neither cut nor done after {timeout} s"
+                ) from None
+            if line is None:
+                ended = True
+                break
+            lines.append(line.decode(errors="replace").rstrip("\n"))
+            delay = cut(lines[-1]) if cut is not None else None
+        if delay is not None:
+            time.sleep(delay)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        returncode = process.wait()
+        reader.join()
+    while not ended:
+        rest = received.get()
+        if rest is None:
+            break
+        lines.append(rest.decode(errors="replace").rstrip("\n"))
+    with contextlib.suppress(ValueError):
+        process.stdout.close()
+    return lines, None if returncode == -signal.SIGKILL and not ended else returncode

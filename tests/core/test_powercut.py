@@ -1,0 +1,258 @@
+"""The power-cut layer itself (``episodata_core.testing.powercut``), before it judges backends.
+
+Each test runs a tiny writer program under the shim, cuts it, and compares the durable
+image with what the model says a disk keeps: what the writer synced, nothing else. The
+expected contents are the bytes the writer was told to write; SQLite's own recovery is
+the oracle of the SQLite cases (its WAL keeps whole commits or none).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import textwrap
+from typing import TYPE_CHECKING
+
+import pytest
+
+from episodata_core.testing.powercut import run_and_cut
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from episodata_core.testing.powercut import PowerCut
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD is Linux only")
+
+# every writer prints "done" when it has written everything, then waits to be cut
+PRELUDE = """
+import os, sys, time
+root = sys.argv[1]
+def path(name): return os.path.join(root, name)
+def sync_folder(folder=root):
+    fd = os.open(folder, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+def write(name, data, sync=False, mode="wb"):
+    with open(path(name), mode) as f:
+        f.write(data)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+"""
+DONE = "\nprint('done', flush=True)\ntime.sleep(60)\n"
+
+
+def _cut(tmp_path: Path, body: str, root: Path | None = None) -> PowerCut:
+    """Run ``body`` as a writer on ``tmp_path/root``; cut it at ``done``."""
+    root = root or tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    program = PRELUDE + textwrap.dedent(body) + DONE
+    result = run_and_cut(
+        [sys.executable, "-c", program, str(root)],
+        root,
+        tmp_path / "image",
+        cut=lambda line: 0.0 if line == "done" else None,
+        timeout=60,
+    )
+    assert result.lines[-1:] == ["done"], result.stderr
+    assert result.returncode is None  # killed by the cut, not ended
+    return result
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder``: a file's bytes, None for a folder."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def test_synced_file_survives_and_unsynced_append_is_dropped(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "log").write_bytes(b"old\n")
+    (root / "untouched").write_bytes(b"same\n")
+    result = _cut(
+        tmp_path,
+        """
+        write("log", b"one\\n", sync=True, mode="ab")
+        write("log", b"two\\n", mode="ab")
+        """,
+    )
+    assert (root / "log").read_bytes() == b"old\none\ntwo\n"  # the writes did happen
+    assert _tree(result.image) == {"log": b"old\none\n", "untouched": b"same\n"}
+    assert [(r.kind, os.path.basename(r.path)) for r in result.records] == [("file", "log")]
+
+
+def test_file_never_synced_is_empty(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "before").write_bytes(b"as it was")
+    result = _cut(
+        tmp_path,
+        """
+        write("new", b"never synced")
+        write("before", b"rewritten, never synced")
+        sync_folder()
+        """,
+    )
+    # the folder's fsync made the name durable, not the bytes
+    assert _tree(result.image) == {"before": b"as it was", "new": b""}
+
+
+def test_new_file_without_folder_fsync_is_gone(tmp_path: Path) -> None:
+    result = _cut(tmp_path, 'write("new", b"synced, but its name is not", sync=True)\n')
+    assert _tree(result.image) == {}
+
+
+def test_rename_without_folder_fsync_is_undone(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "x").write_bytes(b"old")
+    result = _cut(
+        tmp_path,
+        """
+        write("tmp", b"new", sync=True)
+        os.replace(path("tmp"), path("x"))
+        """,
+    )
+    assert (root / "x").read_bytes() == b"new"
+    assert _tree(result.image) == {"x": b"old"}
+
+
+def test_rename_with_folder_fsync_survives(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "x").write_bytes(b"old")
+    (root / "gone").write_bytes(b"unlinked")
+    result = _cut(
+        tmp_path,
+        """
+        write("tmp", b"new", sync=True)
+        os.replace(path("tmp"), path("x"))
+        os.unlink(path("gone"))
+        sync_folder()
+        """,
+    )
+    assert _tree(result.image) == {"x": b"new"}
+
+
+def test_new_folder_needs_its_own_fsync_and_its_parents(tmp_path: Path) -> None:
+    result = _cut(
+        tmp_path,
+        """
+        os.mkdir(path("kept"))
+        os.mkdir(path("empty"))
+        write("kept/a", b"a", sync=True)
+        write("empty/b", b"b", sync=True)
+        sync_folder(path("kept"))
+        sync_folder()
+        """,
+    )
+    # "empty" was itself never synced: its entry "b" is not durable
+    assert _tree(result.image) == {"empty": None, "kept": None, "kept/a": b"a"}
+
+
+def test_syncs_from_many_threads(tmp_path: Path) -> None:
+    # TensorStore syncs from a thread pool: records must not interleave or get lost
+    result = _cut(
+        tmp_path,
+        """
+        import threading
+        def worker(t):
+            os.mkdir(path(f"t{t}"))
+            for i in range(40):
+                write(f"t{t}/{i}", f"{t}:{i}".encode() * (i + 1), sync=True)
+                if i % 10 == 9:
+                    sync_folder(path(f"t{t}"))
+                write(f"t{t}/{i}", b"unsynced tail", mode="ab")
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        sync_folder()
+        """,
+    )
+    expected: dict[str, bytes | None] = {}
+    for t in range(8):
+        expected[f"t{t}"] = None
+        for i in range(40):
+            expected[f"t{t}/{i}"] = f"{t}:{i}".encode() * (i + 1)
+    assert _tree(result.image) == expected
+    assert len(result.records) == 8 * 40 + 8 * 4 + 1
+
+
+# SQLite in WAL mode. Each commit inserts one row and prints "commit I N": N records exist
+# once it returned. SQLite keeps a commit durable once a sync of the WAL (or a checkpoint)
+# followed it, so the oracle is the shim's own record order, not SQLite.
+SQLITE_WRITER = """
+import glob, sqlite3
+shadow = os.environ["POWERCUT_SHADOW"]
+db = sqlite3.connect(path("log.db"), isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA synchronous={synchronous}")
+db.execute("PRAGMA wal_autocheckpoint=40")  # pages: a checkpoint every ~10 commits
+for i in range({commits}):
+    db.execute("INSERT INTO t VALUES (?, ?)", (i, bytes([i % 256]) * 12000))
+    print("commit", i, len(glob.glob(shadow + "/*.rec")), flush=True)
+"""
+
+
+def _sqlite_cut(tmp_path: Path, synchronous: str, commits: int, cut_at: str) -> PowerCut:
+    root = tmp_path / "root"
+    root.mkdir()
+    with sqlite3.connect(root / "log.db") as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE t (i INTEGER PRIMARY KEY, payload BLOB)")
+    db.close()
+    program = PRELUDE + SQLITE_WRITER.format(synchronous=synchronous, commits=commits) + DONE
+    return run_and_cut(
+        [sys.executable, "-c", program, str(root)],
+        root,
+        tmp_path / "image",
+        cut=lambda line: 0.0 if line.startswith(cut_at) else None,
+        timeout=60,
+    )
+
+
+def _read_back(image: Path) -> list[int]:
+    db = sqlite3.connect(image / "log.db")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        rows = db.execute("SELECT i, payload FROM t ORDER BY i").fetchall()
+    finally:
+        db.close()
+    for i, payload in rows:
+        assert payload == bytes([i % 256]) * 12000, f"row {i} is torn"
+    return [i for i, _ in rows]
+
+
+def test_sqlite_wal_normal_loses_only_commits_after_the_last_wal_sync(tmp_path: Path) -> None:
+    result = _sqlite_cut(tmp_path, "NORMAL", 60, "done")
+    assert result.returncode is None, result.stderr
+    after = {int(w[1]): int(w[2]) for w in map(str.split, result.lines) if w[0] == "commit"}
+    assert sorted(after) == list(range(60))
+    log_syncs = [r.seq for r in result.records if r.path.endswith(("log.db", "log.db-wal"))]
+    assert log_syncs, "no checkpoint in 60 commits: the test proves nothing"
+    kept = _read_back(result.image)
+    assert kept == list(range(len(kept)))  # a prefix: commits are ordered
+    last_sync = max(log_syncs)
+    # a commit followed by a sync of the log survives; one begun after the last sync cannot
+    must = [i for i in after if after[i] < last_sync]
+    cannot = [i for i in after if after.get(i - 1, 0) >= last_sync]
+    assert set(must) <= set(kept)
+    assert not set(cannot) & set(kept)
+    assert cannot, "every commit was synced: the test shows no loss"
+
+
+@pytest.mark.parametrize("cut_at", ["commit 25 ", "done"])
+def test_sqlite_wal_full_loses_no_commit(tmp_path: Path, cut_at: str) -> None:
+    result = _sqlite_cut(tmp_path, "FULL", 40, cut_at)
+    assert result.returncode is None, result.stderr
+    returned = [int(w[1]) for w in map(str.split, result.lines) if w[0] == "commit"]
+    kept = _read_back(result.image)
+    assert kept == list(range(len(kept)))
+    # every commit that returned is there; at most the one in flight at the cut besides
+    assert returned == list(range(len(returned)))
+    assert len(returned) <= len(kept) <= len(returned) + 1
