@@ -59,7 +59,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -94,7 +94,9 @@ def shim() -> Path:
     atexit.register(shutil.rmtree, folder, True)
     library = folder / "powercut.so"
     command = [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(SOURCE)]
-    built = subprocess.run([*command, "-ldl", "-pthread"], capture_output=True, text=True)
+    built = subprocess.run(
+        [*command, "-ldl", "-pthread"], check=False, capture_output=True, text=True
+    )
     if built.returncode != 0:
         raise RuntimeError(f"building {SOURCE.name} failed: {' '.join(command)}\n{built.stderr}")
     return library
@@ -230,6 +232,7 @@ def run_and_cut(
     *,
     cut: Callable[[str], float | None] | None = None,
     env: Mapping[str, str] | None = None,
+    input: bytes = b"",
     timeout: float = 120.0,
 ) -> PowerCut:
     """Run ``argv`` under the shim, cut the power, and build the durable image of ``root``.
@@ -247,6 +250,8 @@ def run_and_cut(
         Called with each line the program prints; when it returns a number, the power is
         cut that many seconds later (SIGKILL, lines printed meanwhile still count). With
         ``None`` (or when the program exits first) the cut comes after the program exits.
+    input
+        The program's standard input.
     timeout
         Seconds before a program that was never cut is killed and this raises.
 
@@ -273,8 +278,9 @@ def run_and_cut(
             "POWERCUT_ROOT": str(root),
             "POWERCUT_SHADOW": str(shadow),
         }
-        with (work / "stderr").open("w+b") as stderr:
-            lines, returncode = _run(list(argv), environment, stderr, cut, timeout)
+        (work / "stdin").write_bytes(input)
+        with (work / "stderr").open("w+b") as stderr, (work / "stdin").open("rb") as stdin:
+            lines, returncode = _run(list(argv), environment, stdin, stderr, cut, timeout)
             stderr.seek(0)
             errors = stderr.read().decode(errors="replace")
         if (shadow / "ERROR").exists():
@@ -290,15 +296,17 @@ def run_and_cut(
 def _run(
     argv: list[str],
     environment: dict[str, str],
-    stderr: object,
+    stdin: BinaryIO,
+    stderr: BinaryIO,
     cut: Callable[[str], float | None] | None,
     timeout: float,
 ) -> tuple[list[str], int | None]:
     """Run until ``cut`` says so (then SIGKILL) or the program exits; its lines and status."""
     process = subprocess.Popen(
         argv,
+        stdin=stdin,
         stdout=subprocess.PIPE,
-        stderr=stderr,  # type: ignore[arg-type]
+        stderr=stderr,
         env=environment,
     )
     assert process.stdout is not None
@@ -321,9 +329,7 @@ def _run(
             try:
                 line = received.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise TimeoutError(
-                    f"{argv} was neither cut nor done after {timeout} s"
-                ) from None
+                raise TimeoutError(f"{argv} was neither cut nor done after {timeout} s") from None
             if line is None:
                 ended = True
                 break
