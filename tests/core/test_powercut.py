@@ -256,3 +256,40 @@ def test_sqlite_wal_full_loses_no_commit(tmp_path: Path, cut_at: str) -> None:
     # every commit that returned is there; at most the one in flight at the cut besides
     assert returned == list(range(len(returned)))
     assert len(returned) <= len(kept) <= len(returned) + 1
+
+
+def test_journaled_namespace_keeps_names_made_before_any_sync(tmp_path: Path) -> None:
+    # ext4/XFS order: a sync of anything commits the renames and new names made before it
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "x").write_bytes(b"old")
+    program = (
+        PRELUDE
+        + textwrap.dedent(
+            """
+        os.mkdir(path("sub"))
+        write("sub/never", b"named, never synced")
+        write("tmp", b"new", sync=True)
+        os.replace(path("tmp"), path("x"))
+        write("other", b"synced last", sync=True)
+        os.mkdir(path("after"))
+        """
+        )
+        + DONE
+    )
+    result = run_and_cut(
+        [sys.executable, "-c", program, str(root)],
+        root,
+        tmp_path / "image",
+        cut=lambda line: 0.0 if line == "done" else None,
+        namespace="journaled",
+        timeout=60,
+    )
+    assert result.returncode is None, result.stderr
+    # "after" came after the last sync; "sub/never" is named but its bytes never synced
+    assert _tree(result.image) == {
+        "other": b"synced last",
+        "sub": None,
+        "sub/never": b"",
+        "x": b"new",
+    }

@@ -32,7 +32,7 @@ import logging
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -139,6 +139,7 @@ def check_power_loss(
     flushes: int = 3,
     max_delay: float = 0.05,
     expect_recovery_report: bool = False,
+    namespace: Literal["synced", "journaled"] = "synced",
     **options: Any,
 ) -> PowerLossFigures:
     """Run one power-loss chain of ``cuts`` cuts on a new dataset at ``location``.
@@ -159,6 +160,9 @@ def check_power_loss(
     expect_recovery_report
         Require the recovering open of each image to log an INFO record containing
         ``recovered`` on the ``"episodata"`` logger.
+    namespace
+        ``"synced"`` (POSIX: a new name is durable once its folder is synced) or
+        ``"journaled"`` (ext4, XFS: once anything is synced); see :func:`run_and_cut`.
     options
         Backend options for ``Dataset.create``.
 
@@ -184,7 +188,7 @@ def check_power_loss(
             expected,
             figures,
             rng,
-            (flushes, max_delay),
+            (flushes, max_delay, namespace),
             expect_recovery_report,
         )
         if figures.failure is not None:
@@ -205,12 +209,13 @@ def _one_cut(
     expected: _Expected,
     figures: PowerLossFigures,
     rng: np.random.Generator,
-    place: tuple[int, float],
+    place: tuple[int, float, Literal["synced", "journaled"]],
     expect_recovery_report: bool,
 ) -> str | None:
     """Run a writer on ``root``, cut it, check the image; a failure or None.
 
-    ``place``: the most flushes before the cut, the longest delay after the last.
+    ``place``: the most flushes before the cut, the longest delay after the last, and
+    the model of folders.
     """
     aim, delay = int(rng.integers(1, place[0] + 1)), float(rng.uniform(0, place[1]))
     seen = 0
@@ -227,6 +232,7 @@ def _one_cut(
         image,
         cut=after_flushes,
         input=b"go\n",
+        namespace=place[2],
     )
     if result.returncode is not None:
         tail = " | ".join(result.stderr.strip().splitlines()[-6:])
@@ -241,7 +247,13 @@ def _one_cut(
     finally:
         shutil.rmtree(checked, ignore_errors=True)
     if failure is not None:
-        return f"(cut {delay * 1e3:.0f} ms after flush {aim}) {failure}"
+        unnamed = (
+            f"; {len(result.unnamed)} files synced and in the dataset at the cut are not in "
+            f"the image (a folder on their path was never synced): {result.unnamed[:6]}"
+            if result.unnamed
+            else ""
+        )
+        return f"(cut {delay * 1e3:.0f} ms after flush {aim}) {failure}{unnamed}"
     figures.dropped += len(unsynced - visible)
     figures.durable = len(expected.final)
     return None

@@ -8,7 +8,9 @@
  * temporary name and renamed when complete, so a SIGKILL never leaves half a record, and
  * records are numbered in the order their snapshots were taken: one lock (a mutex for the
  * threads, flock for the processes) covers numbering and copying. The real sync runs
- * first: a sync that fails is no sync point.
+ * first: a sync that fails is no sync point. With POWERCUT_NAMESPACE=journaled, every sync
+ * also records the listing of every folder under the root (a metadata journal commits
+ * all namespace changes made before it).
  *
  * Record format (one file "<seq>.rec", fields NUL-terminated):
  *   F dev ino btime path, then the file's bytes;
@@ -50,8 +52,18 @@ static char root[PATH_MAX];
 static size_t root_len;
 static char shadow[PATH_MAX];
 static int enabled;
+static int journaled; /* every sync makes the whole namespace durable */
 static int lock_fd = -1; /* the lock file; it also holds the record counter */
 static char buffer[1 << 20];
+
+/* The journaled mode records every folder at every sync; most listings did not change.
+ * This remembers the last listing this process recorded per folder (hashes), and is
+ * forgotten whenever another process wrote a record since (see lock()). */
+#define LISTINGS 4096
+static struct {
+    uint64_t folder, listing;
+} listings[LISTINGS];
+static unsigned long long last_seq; /* the last record this process wrote */
 
 static void after_fork_in_child(void) {
     /* the child shares the parent's open lock file, so flock would not exclude them */
@@ -73,6 +85,8 @@ static void init(void) {
         strcpy(shadow, s);
         root_len = strlen(root);
         enabled = 1;
+        const char *namespace = getenv("POWERCUT_NAMESPACE");
+        journaled = namespace && strcmp(namespace, "journaled") == 0;
     }
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
@@ -145,6 +159,9 @@ static void lock(void) {
         lock_fd = open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     }
     if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
+    unsigned long long seq = 0;
+    if (lock_fd >= 0 && pread(lock_fd, &seq, sizeof seq, 0) == sizeof seq && seq != last_seq)
+        memset(listings, 0, sizeof listings); /* another process recorded since */
 }
 
 static void unlock(void) {
@@ -158,6 +175,7 @@ static int begin(char *temporary, char *final) {
     if (lock_fd < 0 || pread(lock_fd, &seq, sizeof seq, 0) < 0) return -1;
     seq += 1;
     if (pwrite(lock_fd, &seq, sizeof seq, 0) != sizeof seq) return -1;
+    last_seq = seq;
     snprintf(temporary, PATH_MAX + 32, "%s/%016llu.tmp", shadow, seq);
     snprintf(final, PATH_MAX + 32, "%s/%016llu.rec", shadow, seq);
     return open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -198,8 +216,35 @@ static int record_file(int fd, const char *path) {
     return finish(out, temporary, final, ok);
 }
 
-/* Record the listing of the directory open as `dir_fd` (which it does not close). */
-static int record_dir(int dir_fd, const char *path) {
+/* A growing byte buffer, for a listing built before it is written. */
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+static int append(struct buf *b, const void *data, size_t size) {
+    if (b->len + size > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + size) cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL) return -1;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, size);
+    b->len += size;
+    return 0;
+}
+
+static uint64_t fnv(const char *data, size_t size) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < size; i++) h = (h ^ (unsigned char)data[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Record the listing of the directory open as `dir_fd` (which it does not close); with
+ * `only_changes`, not when it equals the one this process recorded last for it. */
+static int record_dir(int dir_fd, const char *path, int only_changes) {
     struct statx st;
     char temporary[PATH_MAX + 32], final[PATH_MAX + 32], id[128], target[PATH_MAX];
     if (statx(dir_fd, "", AT_EMPTY_PATH, STATX_INO | STATX_BTIME, &st) < 0) return -1;
@@ -209,8 +254,8 @@ static int record_dir(int dir_fd, const char *path) {
         if (copy >= 0) close(copy);
         return -1;
     }
-    int out = begin(temporary, final);
-    int ok = out >= 0 && header(out, 'D', &st, path) == 0;
+    struct buf entries = {NULL, 0, 0};
+    int ok = 1;
     struct dirent *entry;
     while (ok && (entry = readdir(dir)) != NULL) {
         const char *name = entry->d_name;
@@ -229,17 +274,34 @@ static int record_dir(int dir_fd, const char *path) {
         }
         identity(&es, id, sizeof id);
         char k[2] = {type, 0};
-        ok = write_all(out, k, 2) == 0 && write_all(out, id, identity_len(id)) == 0 &&
-             write_all(out, name, strlen(name) + 1) == 0 &&
-             write_all(out, target, strlen(target) + 1) == 0;
+        ok = append(&entries, k, 2) == 0 && append(&entries, id, identity_len(id)) == 0 &&
+             append(&entries, name, strlen(name) + 1) == 0 &&
+             append(&entries, target, strlen(target) + 1) == 0;
     }
     closedir(dir);
-    return out < 0 ? -1 : finish(out, temporary, final, ok);
+    identity(&st, id, sizeof id);
+    uint64_t folder = fnv(id, identity_len(id));
+    uint64_t listing = fnv(entries.data ? entries.data : "", entries.len);
+    size_t slot = folder % LISTINGS;
+    if (ok && only_changes && listings[slot].folder == folder &&
+        listings[slot].listing == listing) {
+        free(entries.data);
+        return 0;
+    }
+    int out = ok ? begin(temporary, final) : -1;
+    ok = out >= 0 && header(out, 'D', &st, path) == 0 &&
+         write_all(out, entries.data ? entries.data : "", entries.len) == 0;
+    free(entries.data);
+    if (out < 0 || finish(out, temporary, final, ok) < 0) return -1;
+    listings[slot].folder = folder;
+    listings[slot].listing = listing;
+    return 0;
 }
 
-/* Record `path` (open as `fd`) and everything under it: what sync() makes durable. */
-static int record_tree(int fd, const char *path) {
-    if (record_dir(fd, path) < 0) {
+/* Record `path` (open as `fd`) and everything under it: what sync() makes durable; with
+ * `files` 0, only the folders' listings. */
+static int record_tree(int fd, const char *path, int files) {
+    if (record_dir(fd, path, !files) < 0) {
         fail("cannot record the folder", path);
         return -1;
     }
@@ -257,8 +319,8 @@ static int record_tree(int fd, const char *path) {
         if (sub < 0) continue; /* a symlink, or removed since */
         struct stat st;
         if (fstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
-            result |= record_tree(sub, child);
-        } else if (S_ISREG(st.st_mode) && record_file(sub, child) < 0) {
+            result |= record_tree(sub, child, files);
+        } else if (files && S_ISREG(st.st_mode) && record_file(sub, child) < 0) {
             fail("cannot record the file", child);
             result = -1;
         }
@@ -269,6 +331,12 @@ static int record_tree(int fd, const char *path) {
 }
 
 /* After a successful sync of `fd`: record what it made durable, when it is under the root. */
+static void record_namespace(void) {
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || record_tree(fd, root, 0) < 0) fail("cannot record the folders of", root);
+    if (fd >= 0) close(fd);
+}
+
 static void record_fd(int fd) {
     char path[PATH_MAX], link[64];
     if (!fd_path(fd, path) || !under_root(path)) return;
@@ -280,11 +348,12 @@ static void record_fd(int fd) {
     if (readable < 0 || fstat(readable, &st) < 0) {
         fail("cannot reopen", path);
     } else if (S_ISDIR(st.st_mode)) {
-        if (record_dir(readable, path) < 0) fail("cannot record the folder", path);
+        if (record_dir(readable, path, 0) < 0) fail("cannot record the folder", path);
     } else if (S_ISREG(st.st_mode)) {
         if (record_file(readable, path) < 0) fail("cannot record the file", path);
     }
     if (readable >= 0) close(readable);
+    if (journaled) record_namespace();
     unlock();
     errno = saved;
 }
@@ -296,7 +365,7 @@ static void record_root(void) {
     if (fd < 0) {
         fail("cannot open the root", root);
     } else {
-        record_tree(fd, root);
+        record_tree(fd, root, 1);
         close(fd);
     }
     unlock();
@@ -349,6 +418,7 @@ int msync(void *address, size_t length, int flags) {
         if (fd >= 0) {
             lock();
             if (record_file(fd, path) < 0) fail("cannot record the file", path);
+            if (journaled) record_namespace();
             unlock();
             close(fd);
         }
@@ -384,7 +454,7 @@ int powercut_snapshot(const char *at, const char *into) {
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
     lock();
-    int result = record_tree(fd, root);
+    int result = record_tree(fd, root, 1);
     unlock();
     close(fd);
     if (lock_fd >= 0) close(lock_fd);

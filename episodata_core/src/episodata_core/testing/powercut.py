@@ -21,6 +21,12 @@ The model is the conservative one of CrashMonkey and ALICE:
   ``write tmp; fsync tmp; rename tmp -> x`` without an fsync of the folder leaves the
   *old* ``x``: a rename, a new file or an unlink is durable only once its folder is synced.
 
+``namespace="journaled"`` relaxes the second rule to what file systems that journal their
+metadata in order do (ext4 with ``data=ordered``, XFS): a sync of anything commits every
+namespace change made before it (new names, renames, unlinks, new folders, in every
+folder), while a file's bytes still count only from its own syncs. A backend that passes
+only there relies on that journal, not on POSIX.
+
 Its limits, each on the strict side unless said otherwise:
 
 - no part of the unsynced writes is ever kept: a real disk may keep any subset of them
@@ -59,7 +65,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -167,11 +173,12 @@ def _listing(record: SyncRecord) -> dict[str, Entry]:
     return entries
 
 
-def build_image(shadow: str | os.PathLike[str], image: str | os.PathLike[str]) -> None:
+def build_image(shadow: str | os.PathLike[str], image: str | os.PathLike[str]) -> set[Identity]:
     """Materialize the durable tree that the records in ``shadow`` describe at ``image``.
 
     The first record is the root folder as it was before the run; later records replace
-    a file's bytes or a folder's entries, in order. ``image`` must not exist.
+    a file's bytes or a folder's entries, in order. ``image`` must not exist. Returns
+    the identities of the files and folders the image holds.
     """
     records = read_records(shadow)
     if not records or records[0].kind != "folder":
@@ -180,23 +187,24 @@ def build_image(shadow: str | os.PathLike[str], image: str | os.PathLike[str]) -
     folders: dict[Identity, SyncRecord] = {}
     for record in records:
         (files if record.kind == "file" else folders)[record.identity] = record
-    listings: dict[Identity, dict[str, Entry]] = {}
+    placed: set[Identity] = set()
 
-    def materialize(folder: Identity, at: Path, above: frozenset[Identity]) -> None:
+    def materialize(folder: Identity, at: Path) -> None:
+        placed.add(folder)
         at.mkdir()
         if folder not in folders:
             return  # created during the run and never synced: empty
-        entries = listings.setdefault(folder, _listing(folders[folder]))
-        for name, (kind, identity, target) in sorted(entries.items()):
-            if kind == "d" and identity not in above:
-                materialize(identity, at / name, above | {identity})
+        for name, (kind, identity, target) in sorted(_listing(folders[folder]).items()):
+            if kind == "d" and identity not in placed:
+                materialize(identity, at / name)
             elif kind == "l":
                 os.symlink(target, at / name)
             elif kind == "f":
+                placed.add(identity)
                 _write_content(files.get(identity), at / name)
 
-    root = records[0].identity
-    materialize(root, Path(image), frozenset({root}))
+    materialize(records[0].identity, Path(image))
+    return placed
 
 
 def _write_content(record: SyncRecord | None, target: Path) -> None:
@@ -215,7 +223,10 @@ class PowerCut:
     ``lines`` are the program's standard output lines (without the newline), every one
     written before the cut. ``returncode`` is ``None`` when the cut killed the program,
     else its exit status (it ended before the cut: the cut came after its exit).
-    ``records`` are the syncs made during the run, in order.
+    ``records`` are the syncs made during the run, in order (their ``source`` is gone).
+    ``unnamed`` lists the files (relative to the root) that the program had synced and
+    could see at the cut, but that the image lacks: a folder on their path was not synced
+    after the name was made; the usual reason a backend fails here.
     """
 
     image: Path
@@ -223,6 +234,23 @@ class PowerCut:
     returncode: int | None
     stderr: str
     records: list[SyncRecord]
+    unnamed: list[str]
+
+
+def _unnamed(root: Path, records: list[SyncRecord], placed: set[Identity]) -> list[str]:
+    """Files synced during the run, under ``root`` at the cut, absent from the image."""
+    # the program's tree knows inodes, not birth times: compare by device and inode
+    kept = {identity[:2] for identity in placed}
+    synced = {r.identity[:2] for r in records if r.kind == "file"} - kept
+    found = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = Path(folder, name)
+            with contextlib.suppress(OSError):
+                st = path.lstat()
+                if (f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}", str(st.st_ino)) in synced:
+                    found.append(str(path.relative_to(root)))
+    return sorted(found)
 
 
 def run_and_cut(
@@ -233,6 +261,7 @@ def run_and_cut(
     cut: Callable[[str], float | None] | None = None,
     env: Mapping[str, str] | None = None,
     input: bytes = b"",
+    namespace: Literal["synced", "journaled"] = "synced",
     timeout: float = 120.0,
 ) -> PowerCut:
     """Run ``argv`` under the shim, cut the power, and build the durable image of ``root``.
@@ -252,6 +281,9 @@ def run_and_cut(
         ``None`` (or when the program exits first) the cut comes after the program exits.
     input
         The program's standard input.
+    namespace
+        ``"synced"``: a folder's entries are durable at its own syncs; ``"journaled"``: at
+        every sync (see the module's docstring).
     timeout
         Seconds before a program that was never cut is killed and this raises.
 
@@ -277,6 +309,7 @@ def run_and_cut(
             "LD_PRELOAD": preload,
             "POWERCUT_ROOT": str(root),
             "POWERCUT_SHADOW": str(shadow),
+            "POWERCUT_NAMESPACE": namespace,
         }
         (work / "stdin").write_bytes(input)
         with (work / "stderr").open("w+b") as stderr, (work / "stdin").open("rb") as stdin:
@@ -285,10 +318,11 @@ def run_and_cut(
             errors = stderr.read().decode(errors="replace")
         if (shadow / "ERROR").exists():
             raise RuntimeError(f"the shim failed to record a sync: {_error(shadow)}")
-        build_image(shadow, image)
+        placed = build_image(shadow, image)
         records = read_records(shadow)[before:]
+        unnamed = _unnamed(root, records, placed)
         # the records' bytes are read by the image only; the list keeps their names
-        return PowerCut(Path(image), lines, returncode, errors, records)
+        return PowerCut(Path(image), lines, returncode, errors, records, unnamed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
