@@ -26,9 +26,7 @@ RECOVERY_REPORTED = False
 'episodata' logger."""
 
 
-@pytest.mark.parametrize(
-    "namespace", ["synced", pytest.param("journaled", marks=pytest.mark.slow)]
-)
+@pytest.mark.parametrize("namespace", ["synced", pytest.param("journaled", marks=pytest.mark.slow)])
 def test_power_loss(tmp_path: Path, namespace: str) -> None:
     figures = check_power_loss(
         "npz_directory",
