@@ -293,3 +293,103 @@ def test_journaled_namespace_keeps_names_made_before_any_sync(tmp_path: Path) ->
         "sub/never": b"",
         "x": b"new",
     }
+
+
+def test_fdatasync_and_msync_are_sync_points(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("data", "mapped"):
+        (root / name).write_bytes(b"0000")
+    result = _cut(
+        tmp_path,
+        """
+        import mmap
+        with open(path("data"), "r+b") as f:
+            f.write(b"1111"); f.flush(); os.fdatasync(f.fileno())
+            f.seek(0); f.write(b"2222"); f.flush()
+        with open(path("mapped"), "r+b") as f:
+            m = mmap.mmap(f.fileno(), 4)
+            m[:] = b"1111"; m.flush()  # msync(MS_SYNC)
+            m[:] = b"2222"
+            m.close()
+        """,
+    )
+    assert _tree(result.image) == {"data": b"1111", "mapped": b"1111"}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "fd = os.open(root, os.O_RDONLY); assert ctypes.CDLL(None).syncfs(fd) == 0",
+        "os.sync()",
+    ],
+)
+def test_syncfs_and_sync_cover_the_whole_tree(tmp_path: Path, call: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a").write_bytes(b"0000")
+    result = _cut(
+        tmp_path,
+        f"""
+        import ctypes
+        os.mkdir(path("sub"))
+        write("a", b"1111")
+        write("sub/new", b"1111")
+        {call}
+        write("a", b"2222")
+        write("later", b"1111")
+        """,
+    )
+    assert _tree(result.image) == {"a": b"1111", "sub": None, "sub/new": b"1111"}
+
+
+def test_expected_durable_set_follows_returned_flushes(tmp_path: Path) -> None:
+    # the power-loss oracle: only what a returned flush covered must survive the cut
+    from episodata_core.testing.power_loss import _Expected
+
+    log = tmp_path / "log"
+    log.write_text(
+        "open 0\nadd 0 0\nfinal 0\nstart 1 0\nflush\nflushed 1:3\n"
+        "batch 2 2 0\nfinal 2 3\nstep 1 5\nflush\n"  # the second flush never returned
+    )
+    expected = _Expected()
+    assert expected.take(log) == {2, 3}  # finalized after the last returned flush
+    assert expected.final == {0}
+    assert expected.flushed == {1: 3}
+    assert expected.whole == {0, 2, 3}
+    with log.open("a") as out:
+        out.write("open 4\nstart 2 1\nflushed 1:5 2:1\nfinal 1\n")
+    assert expected.take(log) == {1}
+    assert expected.final == {0}  # 2 and 3 were lost by the cut and are written anew
+    assert expected.flushed == {1: 5, 2: 1}
+    assert expected.whole == {0, 3}
+    assert expected.variant == {0: 0, 1: 0, 2: 1, 3: 0}
+
+
+@pytest.mark.parametrize(
+    ("logged", "found"),
+    [
+        (("episodata.zarr", "INFO", "recovered 3 episodes from the log"), True),
+        (("episodata", "DEBUG", "recovered 3 episodes"), False),  # not INFO
+        (("episodata", "INFO", "opened"), False),
+        (("other", "INFO", "recovered"), False),  # not the episodata logger
+    ],
+)
+def test_recovery_report_is_an_info_record_on_the_episodata_logger(
+    logged: tuple[str, str, str], found: bool
+) -> None:
+    import logging
+
+    from episodata_core.dataset import Dataset
+    from episodata_core.testing import example_schema
+    from episodata_core.testing.power_loss import _after_recovery, _captured
+
+    dataset = Dataset.create(example_schema())
+    name, level, message = logged
+    with _captured("episodata") as records:
+        logging.getLogger(name).log(getattr(logging, level), message)
+    reported = _after_recovery(dataset, records, expect_recovery_report=True)
+    assert (reported == []) is found
+    if not found:
+        assert "logged no INFO record containing 'recovered'" in reported[0]
+    assert _after_recovery(dataset, records, expect_recovery_report=False) == []

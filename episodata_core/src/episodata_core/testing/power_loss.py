@@ -284,7 +284,7 @@ def _check_image(
             problems = _check(dataset, schema, reported, counts, all_or_none=False)
             if writable and not problems:
                 problems = _after_recovery(
-                    dataset, schema, reported, records, expect_recovery_report
+                    dataset, records, expect_recovery_report=expect_recovery_report
                 )
             if writable and not problems:
                 table = dataset.backend.episode_table()
@@ -323,11 +323,7 @@ def _check_image(
 
 
 def _after_recovery(
-    dataset: Dataset,
-    schema: DatasetSchema,
-    reported: _Reported,
-    records: list[logging.LogRecord],
-    expect_recovery_report: bool,
+    dataset: Dataset, records: list[logging.LogRecord], *, expect_recovery_report: bool
 ) -> list[str]:
     """The checks of a writable open: the recovery report and ``verify()``."""
     problems = []
