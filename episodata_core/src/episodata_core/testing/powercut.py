@@ -108,12 +108,17 @@ def shim() -> Path:
     return library
 
 
+_SNAPSHOTS = threading.Lock()  # the library keeps the root and shadow of a call in globals
+
+
 def _snapshot(root: Path, shadow: Path) -> None:
     """Record the whole tree at ``root`` into ``shadow``: the state before the run."""
     library = ctypes.CDLL(str(shim()))
     library.powercut_snapshot.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     library.powercut_snapshot.restype = ctypes.c_int
-    if library.powercut_snapshot(os.fsencode(root), os.fsencode(shadow)) != 0:
+    with _SNAPSHOTS:
+        failed = library.powercut_snapshot(os.fsencode(root), os.fsencode(shadow)) != 0
+    if failed:
         raise RuntimeError(f"recording the tree at {root} before the run failed: {_error(shadow)}")
 
 
