@@ -366,6 +366,18 @@ def test_expected_durable_set_follows_returned_flushes(tmp_path: Path) -> None:
     assert expected.variant == {0: 0, 1: 0, 2: 1, 3: 0}
 
 
+def test_expected_durable_set_follows_the_sync_interval(tmp_path: Path) -> None:
+    # with a sync interval, a finalize that old at the cut is durable without a flush
+    from episodata_core.testing.power_loss import _Expected
+
+    log = tmp_path / "log"
+    log.write_text("open 0\nadd 0 0\nfinal 0\nadd 1 0\nfinal 1\nadd 2 0\n")
+    expected = _Expected()
+    # seconds before the cut, line by line; the last line has no age (the report only)
+    assert expected.take(log, [3.0, 2.9, 2.0, 1.6, 1.4], older=1.5) == {1}
+    assert expected.final == {0}
+
+
 @pytest.mark.parametrize(
     ("logged", "found"),
     [

@@ -116,3 +116,23 @@ def test_power_loss_chains_posix(tmp_path: Path, seed: int) -> None:
         max_delay=0.2,
         expect_recovery_report=RECOVERY_REPORTED,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(5, 7))
+def test_power_loss_chains_sync_interval(tmp_path: Path, seed: int) -> None:
+    # the default durability: what a finalize covered is power-durable sync_interval
+    # seconds after it returned, flush or not; cuts land up to 3 s after a flush
+    figures = check_power_loss(
+        "zarr",
+        str(tmp_path / "ds"),
+        example_schema(),
+        seed=seed,
+        cuts=4,
+        max_delay=3.0,
+        namespace="journaled",
+        sync_interval=1.0,
+        expect_recovery_report=RECOVERY_REPORTED,
+    )
+    print(figures.summary())
+    assert figures.cuts == 4

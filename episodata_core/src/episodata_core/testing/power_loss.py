@@ -89,17 +89,19 @@ class _Expected:
     variant: dict[int, int] = dataclasses.field(default_factory=dict)
     offset: int = 0  # in the writers' report
 
-    def take(self, log: Path) -> set[int]:
+    def take(self, log: Path, ages: list[float] | None = None, older: float = 0.0) -> set[int]:
         """Take in the report lines of the writer just cut; what it finalized unsynced.
 
         The report, not the standard output: a cut between the two writes of a line
         leaves it in the report only, and the next writer reads its variants from there.
+        ``ages``: how long before the cut each line was written, at least; with them, an
+        episode finalized ``older`` seconds or more before the cut is durable too.
         """
         data = log.read_bytes() if log.exists() else b""
         end = data.rfind(b"\n", self.offset) + 1
         lines, self.offset = data[self.offset : end].decode().splitlines(), max(self.offset, end)
         finalized: set[int] = set()
-        for line in lines:
+        for at, line in enumerate(lines):
             word, *args = line.split() or [""]
             if word in ("add", "start"):
                 episode, variant = int(args[0]), int(args[1])
@@ -109,6 +111,8 @@ class _Expected:
                 first, count, variant = map(int, args)
                 self.whole.update(range(first, first + count))
                 self.variant.update(dict.fromkeys(range(first, first + count), variant))
+            elif word == "final" and ages is not None and at < len(ages) and ages[at] >= older:
+                self.final.update(map(int, args))  # the sync interval has passed since
             elif word == "final":
                 finalized.update(map(int, args))
             elif word == "flushed":  # a sync point: everything before it is durable
@@ -140,6 +144,8 @@ def check_power_loss(
     max_delay: float = 0.05,
     expect_recovery_report: bool = False,
     namespace: Literal["synced", "journaled"] = "synced",
+    sync_interval: float | None = None,
+    interval_slack: float = 0.5,
     **options: Any,
 ) -> PowerLossFigures:
     """Run one power-loss chain of ``cuts`` cuts on a new dataset at ``location``.
@@ -163,6 +169,11 @@ def check_power_loss(
     namespace
         ``"synced"`` (POSIX: a new name is durable once its folder is synced) or
         ``"journaled"`` (ext4, XFS: once anything is synced); see :func:`run_and_cut`.
+    sync_interval
+        The backend's promise that a finalized episode is power-durable at most this many
+        seconds after its call returned: episodes finalized ``sync_interval +
+        interval_slack`` seconds or more before the cut must survive it too (a large
+        ``max_delay`` makes such cuts common). ``None``: only flushes are sync points.
     options
         Backend options for ``Dataset.create``.
 
@@ -188,7 +199,7 @@ def check_power_loss(
             expected,
             figures,
             rng,
-            (flushes, max_delay, namespace),
+            (flushes, max_delay, namespace, sync_interval, interval_slack),
             expect_recovery_report,
         )
         if figures.failure is not None:
@@ -209,13 +220,13 @@ def _one_cut(
     expected: _Expected,
     figures: PowerLossFigures,
     rng: np.random.Generator,
-    place: tuple[int, float, Literal["synced", "journaled"]],
+    place: tuple[int, float, Literal["synced", "journaled"], float | None, float],
     expect_recovery_report: bool,
 ) -> str | None:
     """Run a writer on ``root``, cut it, check the image; a failure or None.
 
-    ``place``: the most flushes before the cut, the longest delay after the last, and
-    the model of folders.
+    ``place``: the most flushes before the cut, the longest delay after the last, the
+    model of folders, the sync interval and its slack.
     """
     aim, delay = int(rng.integers(1, place[0] + 1)), float(rng.uniform(0, place[1]))
     seen = 0
@@ -239,7 +250,13 @@ def _one_cut(
         return f"the writer exited with code {result.returncode} before the cut: {tail}"
     figures.cuts += 1
     figures.syncs += len(result.records)
-    unsynced = expected.take(log)
+    # the report has the standard output's lines but "ready", in the same order
+    ages = [age for line, age in zip(result.lines, result.ages, strict=True) if line != "ready"]
+    interval = place[3]
+    if interval is None:
+        unsynced = expected.take(log)
+    else:
+        unsynced = expected.take(log, ages, older=interval + place[4])
     checked = Path(f"{image}-check")
     shutil.copytree(image, checked, symlinks=True)
     try:

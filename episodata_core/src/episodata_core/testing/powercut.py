@@ -226,7 +226,8 @@ class PowerCut:
     """What :func:`run_and_cut` saw.
 
     ``lines`` are the program's standard output lines (without the newline), every one
-    written before the cut. ``returncode`` is ``None`` when the cut killed the program,
+    written before the cut; ``ages`` says for each how many seconds at least it was
+    written before the cut (it was read that long before). ``returncode`` is ``None`` when the cut killed the program,
     else its exit status (it ended before the cut: the cut came after its exit).
     ``records`` are the syncs made during the run, in order (their ``source`` is gone).
     ``unnamed`` lists the files (relative to the root) that the program had synced and
@@ -236,6 +237,7 @@ class PowerCut:
 
     image: Path
     lines: list[str]
+    ages: list[float]
     returncode: int | None
     stderr: str
     records: list[SyncRecord]
@@ -318,7 +320,7 @@ def run_and_cut(
         }
         (work / "stdin").write_bytes(input)
         with (work / "stderr").open("w+b") as stderr, (work / "stdin").open("rb") as stdin:
-            lines, returncode = _run(list(argv), environment, stdin, stderr, cut, timeout)
+            lines, ages, returncode = _run(list(argv), environment, stdin, stderr, cut, timeout)
             stderr.seek(0)
             errors = stderr.read().decode(errors="replace")
         if (shadow / "ERROR").exists():
@@ -327,7 +329,7 @@ def run_and_cut(
         records = read_records(shadow)[before:]
         unnamed = _unnamed(root, records, placed)
         # the records' bytes are read by the image only; the list keeps their names
-        return PowerCut(Path(image), lines, returncode, errors, records, unnamed)
+        return PowerCut(Path(image), lines, ages, returncode, errors, records, unnamed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -339,8 +341,11 @@ def _run(
     stderr: BinaryIO,
     cut: Callable[[str], float | None] | None,
     timeout: float,
-) -> tuple[list[str], int | None]:
-    """Run until ``cut`` says so (then SIGKILL) or the program exits; its lines and status."""
+) -> tuple[list[str], list[float], int | None]:
+    """Run until ``cut`` says so (then SIGKILL) or the program exits.
+
+    Returns its lines, how long before the cut each was read, and its exit status.
+    """
     process = subprocess.Popen(
         argv,
         stdin=stdin,
@@ -349,43 +354,47 @@ def _run(
         env=environment,
     )
     assert process.stdout is not None
-    received: queue.Queue[bytes | None] = queue.Queue()
+    received: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
 
     def pump() -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            received.put(line)
+            received.put((time.monotonic(), line))
         received.put(None)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    lines: list[str] = []
+    lines: list[tuple[float, str]] = []
     deadline = time.monotonic() + timeout
     delay: float | None = None
     ended = False
     try:
         while delay is None:
             try:
-                line = received.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = received.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise TimeoutError(f"{argv} was neither cut nor done after {timeout} s") from None
-            if line is None:
+            if item is None:
                 ended = True
                 break
-            lines.append(line.decode(errors="replace").rstrip("\n"))
-            delay = cut(lines[-1]) if cut is not None else None
+            lines.append((item[0], item[1].decode(errors="replace").rstrip("\n")))
+            delay = cut(lines[-1][1]) if cut is not None else None
         if delay is not None:
             time.sleep(delay)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         returncode = process.wait()
+        cut_at = time.monotonic()
         reader.join()
     while not ended:
         rest = received.get()
         if rest is None:
             break
-        lines.append(rest.decode(errors="replace").rstrip("\n"))
+        lines.append((rest[0], rest[1].decode(errors="replace").rstrip("\n")))
     with contextlib.suppress(ValueError):
         process.stdout.close()
-    return lines, None if returncode == -signal.SIGKILL and not ended else returncode
+    # a line read after the kill was written before it: at least 0 s before the cut
+    ages = [max(0.0, cut_at - at) for at, _ in lines]
+    status = None if returncode == -signal.SIGKILL and not ended else returncode
+    return [text for _, text in lines], ages, status
