@@ -10,8 +10,9 @@ what the writer reported, every expected row rebuilt from the episode ids:
 
 - every episode finalized before the last ``flush()`` that returned is there, finalized,
   with its flags, bit-identical, every field; so is every episode a previous cut's image
-  held (it was on the disk); every ongoing episode holds at least the rows that flush (or
-  a previous image) held;
+  held (it was on the disk), and, given a ``sync_interval``, every episode finalized at
+  least that long (plus a slack) before the cut; every ongoing episode holds at least the
+  rows that flush (or a previous image) held;
 - every other visible episode is whole and finalized or an ongoing exact prefix, never
   torn, and an episode written whole is never ongoing;
 - ``verify()`` is clean after the recovering open, and the dataset accepts a new episode
@@ -77,6 +78,17 @@ class PowerLossFigures:
             f"{self.episodes_checked} episode checks"
             + (f"; FAILED {self.failure}" if self.failure else "")
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Where the cuts of a chain land and what the image is held to."""
+
+    flushes: int  # the most returned flushes before a cut
+    max_delay: float  # the longest delay after the last of them
+    namespace: Literal["synced", "journaled"]
+    sync_interval: float | None
+    interval_slack: float
 
 
 @dataclasses.dataclass
@@ -199,7 +211,7 @@ def check_power_loss(
             expected,
             figures,
             rng,
-            (flushes, max_delay, namespace, sync_interval, interval_slack),
+            _Plan(flushes, max_delay, namespace, sync_interval, interval_slack),
             expect_recovery_report,
         )
         if figures.failure is not None:
@@ -220,15 +232,11 @@ def _one_cut(
     expected: _Expected,
     figures: PowerLossFigures,
     rng: np.random.Generator,
-    place: tuple[int, float, Literal["synced", "journaled"], float | None, float],
+    plan: _Plan,
     expect_recovery_report: bool,
 ) -> str | None:
-    """Run a writer on ``root``, cut it, check the image; a failure or None.
-
-    ``place``: the most flushes before the cut, the longest delay after the last, the
-    model of folders, the sync interval and its slack.
-    """
-    aim, delay = int(rng.integers(1, place[0] + 1)), float(rng.uniform(0, place[1]))
+    """Run a writer on ``root``, cut it, check the image; a failure or None."""
+    aim, delay = int(rng.integers(1, plan.flushes + 1)), float(rng.uniform(0, plan.max_delay))
     seen = 0
 
     def after_flushes(line: str) -> float | None:
@@ -243,7 +251,7 @@ def _one_cut(
         image,
         cut=after_flushes,
         input=b"go\n",
-        namespace=place[2],
+        namespace=plan.namespace,
     )
     if result.returncode is not None:
         tail = " | ".join(result.stderr.strip().splitlines()[-6:])
@@ -252,11 +260,10 @@ def _one_cut(
     figures.syncs += len(result.records)
     # the report has the standard output's lines but "ready", in the same order
     ages = [age for line, age in zip(result.lines, result.ages, strict=True) if line != "ready"]
-    interval = place[3]
-    if interval is None:
+    if plan.sync_interval is None:
         unsynced = expected.take(log)
     else:
-        unsynced = expected.take(log, ages, older=interval + place[4])
+        unsynced = expected.take(log, ages, older=plan.sync_interval + plan.interval_slack)
     checked = Path(f"{image}-check")
     shutil.copytree(image, checked, symlinks=True)
     try:
