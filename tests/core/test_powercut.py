@@ -428,3 +428,29 @@ def test_a_reused_inode_number_is_another_file(tmp_path: Path) -> None:
     if "reused" not in result.lines:
         pytest.skip("the file system did not reuse the inode number: nothing to show")
     assert _tree(result.image) == {"old": b"old bytes"}
+
+
+def test_cut_after_the_program_exited_still_drops_unsynced_writes(tmp_path: Path) -> None:
+    # the page cache outlives the process, not the power: an exit is no sync point; and
+    # an unlinked file still syncs through an open descriptor, under its durable name
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "log").write_bytes(b"old\n")
+    (root / "gone").write_bytes(b"old\n")
+    program = PRELUDE + textwrap.dedent(
+        """
+        write("log", b"synced\\n", sync=True, mode="ab")
+        write("log", b"written, then exit\\n", mode="ab")
+        write("gone", b"synced after its unlink\\n", mode="ab")
+        fd = os.open(path("gone"), os.O_RDONLY)
+        os.unlink(path("gone"))
+        os.fsync(fd)
+        """
+    )
+    result = run_and_cut([sys.executable, "-c", program, str(root)], root, tmp_path / "image")
+    assert result.returncode == 0, result.stderr
+    assert not (root / "gone").exists()
+    assert _tree(result.image) == {
+        "gone": b"old\nsynced after its unlink\n",
+        "log": b"old\nsynced\n",
+    }
