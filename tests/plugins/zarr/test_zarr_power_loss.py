@@ -25,20 +25,10 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD is Linux only")
 
-RECOVERY_REPORTED = False
-"""Whether the recovering open must log an INFO record containing 'recovered' on the
-'episodata' logger: switch on once the episode log reports its recovery."""
-
-POSIX_FAILURE = (
-    "TensorStore's file kvstore fsyncs a new chunk file and the folder it lands in, but "
-    "neither the folders it creates above it (<array>/c/, c/0/...) nor their parents; "
-    "episodata's spill folders ongoing/<id>/ are made without an fsync of ongoing/. A power "
-    "loss drops those names: the image fails to open ('index/episodes/c/0/0 is missing') "
-    "although commit.json, synced after them, counts the episodes"
-)
+RECOVERY_REPORTED = True
+"""The recovering open logs an INFO record containing 'recovered' on the 'episodata' logger."""
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=POSIX_FAILURE)
 def test_power_loss_posix_folders(tmp_path: Path) -> None:
     check_power_loss(
         "zarr",
@@ -103,7 +93,6 @@ def test_power_loss_chains_journaled(tmp_path: Path, seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=POSIX_FAILURE)
 @pytest.mark.parametrize("seed", range(1, 3))
 def test_power_loss_chains_posix(tmp_path: Path, seed: int) -> None:
     check_power_loss(
