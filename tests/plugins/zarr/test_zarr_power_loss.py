@@ -125,3 +125,38 @@ def test_power_loss_chains_sync_interval(tmp_path: Path, seed: int) -> None:
     )
     print(figures.summary())
     assert figures.cuts == 4
+
+
+def test_power_loss_keeps_every_finalize_in_sync_mode(tmp_path: Path) -> None:
+    # durability="sync": each finalize is on the disk when it returns, flush or not
+    # (the slack covers only the time between the return and the writer's report)
+    figures = check_power_loss(
+        "zarr",
+        str(tmp_path / "ds"),
+        example_schema(),
+        seed=3,
+        cuts=2,
+        max_delay=0.5,
+        sync_interval=0.0,
+        interval_slack=0.05,
+        durability="sync",
+        expect_recovery_report=RECOVERY_REPORTED,
+    )
+    print(figures.summary())
+    assert figures.cuts == 2
+
+
+def test_power_loss_drops_only_unsynced_finalizes_in_interval_mode(tmp_path: Path) -> None:
+    # the default mode: a finalize is power-durable sync_interval seconds later at most
+    figures = check_power_loss(
+        "zarr",
+        str(tmp_path / "ds"),
+        example_schema(),
+        seed=4,
+        cuts=2,
+        max_delay=2.5,
+        sync_interval=1.0,  # the backend's default sync_interval
+        expect_recovery_report=RECOVERY_REPORTED,
+    )
+    print(figures.summary())
+    assert figures.cuts == 2

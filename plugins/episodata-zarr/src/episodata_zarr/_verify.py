@@ -129,13 +129,24 @@ def _check_field(
     problems: list[str] = []
     if isinstance(handle, EpisodataError):
         return problems  # reported already
-    table = store.index.table()
-    stored = np.flatnonzero(~table.ongoing[: store.record.episodes])
-    if key in table.present:
-        stored = stored[table.present[key][stored]]
-    column = 5 + len(store.index_layout.optional) + store.index_layout.fields.index(key)
-    starts = store.index.row_start.view()[stored]
-    ends = starts + table.length[stored] + 1
+    # the folded episodes, as the index on disk says (a writer's memory also holds
+    # episodes that are only in the log); the memory's index if the disk's is unreadable
+    optional = store.index_layout.optional
+    if entries is not None:
+        folded = entries[:, 4] == 0
+        if key in optional:
+            folded &= entries[:, 5 + optional.index(key)] != 0
+        stored = np.flatnonzero(folded)
+        starts, ends = entries[stored, 0], entries[stored, 0] + entries[stored, 1] + 1
+    else:
+        table = store.index.table()
+        stored = np.flatnonzero(~table.ongoing[: store.record.episodes])
+        stored = stored[store.index.row_start.view()[stored] < store.record.rows]
+        if key in table.present:
+            stored = stored[table.present[key][stored]]
+        starts = store.index.row_start.view()[stored]
+        ends = starts + table.length[stored] + 1
+    column = 5 + len(optional) + store.index_layout.fields.index(key)
     order = np.argsort(starts)
     stored, starts, ends = stored[order], starts[order], ends[order]
     crc = np.zeros(len(stored), dtype=np.int64)
