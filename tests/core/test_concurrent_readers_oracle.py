@@ -96,7 +96,7 @@ def test_honest_reads_report_nothing() -> None:
     for seed in range(5):
         batch = dataset.sample_transitions(64, seed=seed)
         problems, rows, _ = oracle.check_transitions(
-            "t", batch.buffers, batch.terminated, batch.truncated, table
+            "t", batch.buffers, batch.terminated, batch.truncated, older=table, newer=table
         )
         assert problems == []
         checked += rows
@@ -112,7 +112,13 @@ def test_honest_reads_report_nothing() -> None:
         segment = dataset.episode(episode).read()
         assert (
             oracle.check_episode(
-                "e", episode, segment.buffers, segment.terminated, segment.truncated, table
+                "e",
+                episode,
+                segment.buffers,
+                segment.terminated,
+                segment.truncated,
+                older=table,
+                newer=table,
             )
             == []
         )
@@ -128,7 +134,7 @@ def test_a_changed_value_is_named_with_episode_row_and_field() -> None:
     episode, row = (int(v) - 1 for v in buffers[TAG_KEY][4, 0])
     buffers["observation/state"][4, 1, 2] += 1.0
     problems, _, _ = oracle.check_transitions(
-        "sample_transitions", buffers, batch.terminated, batch.truncated, table
+        "sample_transitions", buffers, batch.terminated, batch.truncated, older=table, newer=table
     )
     assert len(problems) == 1
     expected = reader_episode(SCHEMA, episode).rows["observation/state"][row + 1]
@@ -186,22 +192,27 @@ def test_flags_are_checked_against_the_snapshot() -> None:
     batch = dataset.episode(3).read()
     assert batch.terminated.tolist() == [False, False, True]
     args = ("e", 3, batch.buffers)
-    assert oracle.check_episode(*args, batch.terminated, batch.truncated, table) == []
+    assert (
+        oracle.check_episode(*args, batch.terminated, batch.truncated, older=table, newer=table)
+        == []
+    )
     cleared = np.zeros(3, dtype=bool)
-    assert oracle.check_episode(*args, cleared, batch.truncated, table) == [
+    assert oracle.check_episode(*args, cleared, batch.truncated, older=table, newer=table) == [
         (
             "e: episode 3 (finalized) transition 2: (terminated, truncated) expected (True, False), "
             "got (False, False)"
         )
     ]
     early = np.array([True, False, True])
-    assert oracle.check_episode(*args, early, batch.truncated, table)[0].startswith(
-        "e: episode 3: a flag before its last real transition"
-    )
+    assert oracle.check_episode(*args, early, batch.truncated, older=table, newer=table)[
+        0
+    ].startswith("e: episode 3: a flag before its last real transition")
     # an ongoing episode carries no flag, even on the last row written
     ongoing = dataset.episode(11).read()
     flagged = np.array([False, True])
-    assert oracle.check_episode("e", 11, ongoing.buffers, ongoing.terminated, flagged, table) == [
+    assert oracle.check_episode(
+        "e", 11, ongoing.buffers, ongoing.terminated, flagged, older=table, newer=table
+    ) == [
         (
             "e: episode 11 (ongoing) transition 1: (terminated, truncated) expected (False, False), "
             "got (False, True)"
@@ -242,6 +253,32 @@ def test_an_episode_finalized_during_a_read_may_show_either_state() -> None:
     assert check(unflagged, unflagged, newer)[0].endswith(
         "expected (True, False), got (False, False)"
     )
+
+
+def test_a_read_between_two_tables_may_hold_the_rows_of_either() -> None:
+    dataset = _dataset()
+    oracle = Oracle(SCHEMA)
+    older = _table(dataset)  # episode 11: 3 of its 9 rows
+    content = reader_episode(SCHEMA, 11)
+    write_steps(dataset.resume_episode(11), SCHEMA, content, 3, 7)
+    newer = _table(dataset)  # 7 rows, still ongoing
+    assert older.difference(older) is None
+    assert older.difference(newer) == "episode 11 (length, ongoing) (2, True) -> (6, True)"
+    assert older.difference(_cut(older, 11)) == "12 -> 11 episodes"
+    for rows in (3, 5, 7):
+        read = {key: v[:rows] for key, v in content.rows.items()}
+        flags = np.zeros(rows - 1, dtype=bool)
+        args = ("e", 11, read, flags, flags)
+        assert oracle.check_episode(*args, older=older, newer=newer) == []
+        if rows != 3:
+            assert oracle.check_episode(*args, older=older, newer=older) == [
+                f"e: episode 11 read [{rows}] rows, the table says 3"
+            ]
+    read = {key: v[:8] for key, v in content.rows.items()}
+    flags = np.zeros(7, dtype=bool)
+    assert oracle.check_episode("e", 11, read, flags, flags, older=older, newer=newer) == [
+        "e: episode 11 read [8] rows, the table says 3 to 7"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,13 @@ sampled window or transition claims to be (never from the sampler's bookkeeping)
 that episode from its id, and compares every field; a row of zeros where data should be
 (tag ``[0, 0]``) belongs to no episode.
 
-Flags are checked against two snapshots of the episode table that bracket the read: an
-episode finalized in the ``older`` one must carry its flags on its last transition, one
-still ongoing in the ``newer`` one must carry none. Reads that take their own snapshot
-under the reader's control (``sample_transitions``, ``segments()``, episode reads, a
-stream without read-ahead) pass the same table for both, so their flags are exact.
+Lengths and flags are checked against two snapshots of the episode table that bracket
+the read: an episode finalized in the ``older`` one must carry its flags on its last
+transition, one still ongoing in the ``newer`` one must carry none, and a read holds at
+least the rows of ``older`` and at most those of ``newer``. Between two ``refresh()``
+calls a reader's table stays put, so for reads made in the reader's own thread both are
+one table and every check is exact; a stream that reads ahead in its thread, or
+DataLoader workers that reopen the dataset, are bracketed by the tables before and after.
 """
 
 from __future__ import annotations
@@ -78,6 +80,24 @@ class TableState:
 
     def __len__(self) -> int:
         return len(self.length)
+
+    def difference(self, other: TableState) -> str | None:
+        """How ``other`` differs from this table (episodes, lengths, states), or None."""
+        if len(other) != len(self):
+            return f"{len(self)} -> {len(other)} episodes"
+        changed = np.flatnonzero(
+            (other.length != self.length)
+            | (other.ongoing != self.ongoing)
+            | (other.terminated != self.terminated)
+            | (other.truncated != self.truncated)
+        )
+        if not len(changed):
+            return None
+        e = int(changed[0])
+        return (
+            f"episode {e} (length, ongoing) ({self.length[e]}, {self.ongoing[e]}) -> "
+            f"({other.length[e]}, {other.ongoing[e]})"
+        )
 
     def finalized(self, episode: int) -> bool:
         """Whether ``episode`` exists here and is finalized."""
@@ -377,9 +397,11 @@ class Oracle:
         buffers: Mapping[str, Any],
         terminated: Any,
         truncated: Any,
-        table: TableState,
+        *,
+        older: TableState,
+        newer: TableState,
     ) -> tuple[list[str], int, int]:
-        """A ``sample_transitions`` batch (buffers ``[B, 2, ...]``, flags ``[B]``), one snapshot."""
+        """A ``sample_transitions`` batch (buffers ``[B, 2, ...]``, flags ``[B]``)."""
         terminated, truncated = (
             np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool),
@@ -387,17 +409,17 @@ class Oracle:
         problems: list[str] = []
         rows_checked = ongoing_rows = 0
         for b in range(len(terminated)):
-            claimed = self._claimed(f"{where} transition {b}", buffers[TAG_KEY][b, 0], table)
+            claimed = self._claimed(f"{where} transition {b}", buffers[TAG_KEY][b, 0], newer)
             if isinstance(claimed, str):
                 problems.append(claimed)
                 continue
             episode, row = claimed
             rows = {key: np.asarray(values[b]) for key, values in buffers.items()}
             problems += self.check_rows(f"{where} transition {b}", episode, row, rows, count=2)
-            if row + 1 > table.length[episode]:
+            if row + 1 > newer.length[episode]:
                 problems.append(
                     f"{where} transition {b}: episode {episode} transition {row} is past its "
-                    f"{table.length[episode]} transitions in the table"
+                    f"{newer.length[episode]} transitions in the table"
                 )
             problems += self._check_flags(
                 f"{where} transition {b}",
@@ -406,11 +428,11 @@ class Oracle:
                 terminated[b : b + 1],
                 truncated[b : b + 1],
                 0,
-                older=table,
-                newer=table,
+                older=older,
+                newer=newer,
             )
             rows_checked += 2
-            ongoing_rows += 2 * bool(table.ongoing[episode])
+            ongoing_rows += 2 * bool(newer.ongoing[episode])
         return problems, rows_checked, ongoing_rows
 
     def check_episode(
@@ -420,11 +442,12 @@ class Oracle:
         buffers: Mapping[str, Any],
         terminated: Any,
         truncated: Any,
-        table: TableState,
+        *,
+        older: TableState,
+        newer: TableState,
     ) -> list[str]:
-        """A whole-episode read (``episode(e).read()``: buffers ``[T + 1, ...]`` of present fields)."""
+        """A whole-episode read (``episode(e).read()``: ``[T + 1, ...]`` of present fields)."""
         content = self.episode(episode)
-        length = int(table.length[episode])
         problems = []
         if set(buffers) != set(content.rows):
             problems.append(
@@ -432,21 +455,24 @@ class Oracle:
                 f"{sorted(content.rows)}"
             )
         got_rows = {int(np.asarray(v).shape[0]) for v in buffers.values()}
-        if got_rows != {length + 1}:
+        fewest, most = int(older.length[episode]) + 1, int(newer.length[episode]) + 1
+        if len(got_rows) != 1 or not fewest <= min(got_rows) <= most:
+            seen = f"{fewest}" if fewest == most else f"{fewest} to {most}"
             problems.append(
-                f"{where}: episode {episode} read {sorted(got_rows)} rows, the table says {length + 1}"
+                f"{where}: episode {episode} read {sorted(got_rows)} rows, the table says {seen}"
             )
             return problems
-        problems += self.check_rows(where, episode, 0, buffers, count=length + 1)
-        if length:
+        count = min(got_rows)
+        problems += self.check_rows(where, episode, 0, buffers, count=count)
+        if count > 1:
             problems += self._check_flags(
                 where,
                 episode,
-                length - 1,
+                count - 2,
                 terminated,
                 truncated,
-                length - 1,
-                older=table,
-                newer=table,
+                count - 2,
+                older=older,
+                newer=newer,
             )
         return problems

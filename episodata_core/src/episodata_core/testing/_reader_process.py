@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from episodata_core.dataset import Dataset
-from episodata_core.testing._reader_checks import Oracle, TableState
+from episodata_core.testing._reader_checks import TAG_KEY, Oracle, TableState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,6 +67,7 @@ class _Reader:
             "rows_checked": 0,
             "ongoing_rows_checked": 0,
             "episodes_seen": [],
+            "moves": 0,  # tables that changed without refresh()
             "problem_count": 0,
             "problems": [],
             "warnings": [],
@@ -98,7 +99,26 @@ class _Reader:
     def snapshot(self) -> TableState:
         """Refresh, copy the table and check it against the oracle and the last one."""
         self.dataset.refresh()
+        return self._adopt(TableState.of(self.dataset.backend.episode_table()))
+
+    def current(self, when: str) -> TableState:
+        """The table now, which must still be the one the last ``refresh()`` adopted.
+
+        A backend whose reads adopt newer commits by themselves breaks the promise of one
+        snapshot between refreshes: a finding, unless the configuration allows it (then
+        only counted). Either way the newer table is checked and adopted.
+        """
+        assert self.table is not None
         table = TableState.of(self.dataset.backend.episode_table())
+        moved = self.table.difference(table)
+        if moved is None:
+            return self.table
+        self.figures["moves"] += 1
+        if not self.config["moves_allowed"]:
+            self.problem(f"the episode table changed without refresh() {when}: {moved}")
+        return self._adopt(table)
+
+    def _adopt(self, table: TableState) -> TableState:
         self.problem(*self.oracle.check_table(self.table, table))
         self.table = table
         seen = self.figures["episodes_seen"]
@@ -106,12 +126,19 @@ class _Reader:
             seen.append(len(table))
         return table
 
-    # -- reads ----------------------------------------------------------------------------
+    # -- reads: each checks the read against the tables before and after it --------------
 
-    def transitions(self, table: TableState) -> None:
+    def transitions(self) -> None:
+        older = self.current("before sample_transitions")
         batch = self.dataset.sample_transitions(32, seed=int(self.rng.integers(1 << 31)))
+        newer = self.current("during sample_transitions")
         problems, rows, ongoing = self.oracle.check_transitions(
-            "sample_transitions", batch.buffers, batch.terminated, batch.truncated, table
+            "sample_transitions",
+            batch.buffers,
+            batch.terminated,
+            batch.truncated,
+            older=older,
+            newer=newer,
         )
         self.problem(*problems)
         self.count("sample_transitions", rows, ongoing)
@@ -129,13 +156,26 @@ class _Reader:
         self.problem(*problems)
         self.count(kind, rows, ongoing)
 
-    def stream(
-        self, kind: str, stream: SegmentStream, older: TableState, newer: TableState
-    ) -> None:
-        self.windows(kind, stream.sample(), older, newer)
+    def stream(self, kind: str, stream: SegmentStream, since: TableState | None) -> None:
+        """One batch; ``since``: the table when a read-ahead stream began, else None."""
+        older = self.current(f"before {kind}")
+        batch = stream.sample()
+        newer = self.current(f"during {kind}")
+        self.windows(kind, batch, older if since is None else since, newer)
 
-    def episode(self, episode: int, table: TableState) -> None:
+    def segments(self, segments: SegmentDataset) -> None:
+        older = self.current("before segments")
+        segments.refresh()
+        if not len(segments):
+            return
+        indices = self.rng.integers(len(segments), size=8).tolist()
+        batch = segments.__getitems__(indices)
+        self.windows("segments", batch, older, self.current("during segments"))
+
+    def episode(self, episode: int) -> None:
+        older = self.current("before episode.read")
         segment = self.dataset.episode(episode).read()
+        newer = self.current("during episode.read")
         self.problem(
             *self.oracle.check_episode(
                 "episode.read",
@@ -143,16 +183,17 @@ class _Reader:
                 segment.buffers,
                 segment.terminated,
                 segment.truncated,
-                table,
+                older=older,
+                newer=newer,
             )
         )
-        rows = int(table.length[episode]) + 1
-        self.count("episode.read", rows, rows * bool(table.ongoing[episode]))
+        rows = int(np.asarray(segment.buffers[TAG_KEY]).shape[0])
+        self.count("episode.read", rows, rows * bool(newer.ongoing[episode]))
 
     def sweep(self, table: TableState) -> None:
         """Read every episode whole."""
         for episode in range(len(table)):
-            self.attempt("episode.read", self.episode, episode, table)
+            self.attempt("episode.read", self.episode, episode)
 
     # -- modes ----------------------------------------------------------------------------
 
@@ -181,27 +222,20 @@ class _Reader:
                 )
             if segments is None:
                 segments = self.dataset.segments(WINDOW, pad="prefix")
-            self.attempt("sample_transitions", self.transitions, table)
-            self.attempt("stream", self.stream, "stream", synced, table, table)
+            self.attempt("sample_transitions", self.transitions)
+            self.attempt("stream", self.stream, "stream", synced, None)
             kind = "stream read-ahead"
-            self.attempt(kind, self.stream, kind, ahead, ahead_since, table)
-            self.attempt("segments", self.segments, segments, table)
+            self.attempt(kind, self.stream, kind, ahead, ahead_since)
+            self.attempt("segments", self.segments, segments)
             ongoing = np.flatnonzero(table.ongoing)
             picks = [int(self.rng.integers(len(table)))]
             if len(ongoing):
                 picks.append(int(self.rng.choice(ongoing)))
             for episode in picks:
-                self.attempt("episode.read", self.episode, episode, table)
+                self.attempt("episode.read", self.episode, episode)
         for stream in (synced, ahead):
             if stream is not None:
                 stream.close()
-
-    def segments(self, segments: SegmentDataset, table: TableState) -> None:
-        segments.refresh()
-        if not len(segments):
-            return
-        indices = self.rng.integers(len(segments), size=8).tolist()
-        self.windows("segments", segments.__getitems__(indices), table, table)
 
     def loader_loop(self, stop: Path, deadline: float) -> None:
         import torch
@@ -240,9 +274,11 @@ class _Reader:
         """The last look, after the writer closed: the whole table and every episode."""
         table = self.snapshot()
         self.sweep(table)
+        last = self.table
+        assert last is not None
         self.figures["final"] = {
-            "length": table.length.tolist(),
-            "ongoing": table.ongoing.tolist(),
+            "length": last.length.tolist(),
+            "ongoing": last.ongoing.tolist(),
         }
 
 

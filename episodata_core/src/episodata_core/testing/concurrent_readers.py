@@ -37,7 +37,13 @@ import pytest
 from episodata_core import registry
 from episodata_core.dataset import Dataset
 from episodata_core.testing._crash_writer import bulk_episode, start_episode, write_steps
-from episodata_core.testing._reader_checks import TAG_KEY, reader_episode, reader_schema
+from episodata_core.testing._reader_checks import (
+    TAG_KEY,
+    Oracle,
+    TableState,
+    reader_episode,
+    reader_schema,
+)
 from episodata_core.testing.backend import example_schema
 
 if TYPE_CHECKING:
@@ -95,7 +101,8 @@ class ReaderFigures:
                 f"  {reader.get('name')}: {reader.get('rounds', 0)} rounds, "
                 f"{reader.get('rows_checked', 0)} rows checked "
                 f"({reader.get('ongoing_rows_checked', 0)} of ongoing episodes), "
-                f"episodes seen {_growth(reader.get('episodes_seen', []))}; {reads}; "
+                f"episodes seen {_growth(reader.get('episodes_seen', []))}, "
+                f"{reader.get('moves', 0)} table changes without refresh(); {reads}; "
                 f"started in {reader.get('startup_s', 0):.1f} s, last look "
                 f"{reader.get('finish_s', 0):.1f} s"
             )
@@ -206,7 +213,9 @@ class _Writer:
 class _ReaderProcess:
     """One reader subprocess, its ready file and its error output."""
 
-    def __init__(self, location: str, name: str, mode: str, seed: int, stop: Path) -> None:
+    def __init__(
+        self, location: str, name: str, mode: str, seed: int, stop: Path, moves_allowed: bool
+    ) -> None:
         self.name = name
         self.ready = Path(f"{location}-{name}.ready")
         self.err = Path(f"{location}-{name}.err")
@@ -217,6 +226,7 @@ class _ReaderProcess:
             "seed": seed,
             "stop": str(stop),
             "ready": str(self.ready),
+            "moves_allowed": moves_allowed,
         }
         with self.err.open("wb") as stderr:
             self.process = subprocess.Popen(
@@ -266,6 +276,7 @@ def run_concurrent_readers(
     readers: int = 2,
     loader: bool = True,
     options: dict[str, Any] | None = None,
+    moves_allowed: bool = False,
 ) -> ReaderFigures:
     """Write to a new dataset at ``location`` while reader processes sample it.
 
@@ -286,6 +297,11 @@ def run_concurrent_readers(
         a torch ``DataLoader`` with 2 forked workers (torch must be installed).
     options
         Backend options, on top of :func:`backend_options`'s ``fold_bytes``.
+    moves_allowed
+        Whether a reader's episode table may change without ``refresh()`` (a backend
+        whose reads adopt newer commits by themselves). Such changes are counted either
+        way; unless allowed, each is a problem. Reads are checked against the tables
+        before and after them, so rows and flags are checked exactly all the same.
     """
     figures = ReaderFigures(backend=backend, seed=seed)
     schema = reader_schema(example_schema() if schema is None else schema)
@@ -298,7 +314,7 @@ def run_concurrent_readers(
     with contextlib.ExitStack() as stack:
         procs = []
         for i, (name, mode) in enumerate(modes):
-            proc = _ReaderProcess(location, name, mode, seed * 100 + i, stop)
+            proc = _ReaderProcess(location, name, mode, seed * 100 + i, stop, moves_allowed)
             stack.callback(proc.kill)
             procs.append(proc)
         failure = _write_while_reading(writer, procs, seconds, figures)
@@ -380,6 +396,11 @@ class ConcurrentReaderTests:
     """Seconds of writing while every reader reads, in the default run."""
     soak_seconds: ClassVar[float] = 20.0
     """The same, per seed, in the slow soak."""
+    reads_may_refresh: ClassVar[bool] = False
+    """Whether the backend's reads may adopt newer commits without ``refresh()``.
+
+    The promise is one snapshot between refreshes; a backend that breaks it sets this to
+    keep the rest of the check useful (see ``moves_allowed`` of the run)."""
 
     def reader_options(self) -> dict[str, Any]:
         """Backend options for the check's dataset (besides ``fold_bytes``)."""
@@ -390,6 +411,7 @@ class ConcurrentReaderTests:
             self.backend_name,
             str(tmp_path / "dataset"),
             options=self.reader_options(),
+            moves_allowed=self.reads_may_refresh,
             **kwargs,
         )
         print(figures.summary())
@@ -400,6 +422,50 @@ class ConcurrentReaderTests:
     def test_readers_during_writes(self, tmp_path: Path) -> None:
         """Two sampling readers see no torn episode and raise nothing while one writes."""
         self._run(tmp_path, seconds=self.reader_seconds, loader=False)
+
+    def test_snapshot_holds_between_refreshes(self, tmp_path: Path) -> None:
+        """A reader's episode table changes at ``refresh()`` only, not during its reads.
+
+        The reader saw episode 1 ongoing with 4 flushed rows; the writer then finalizes it
+        and adds episode 2. Until the reader refreshes, every read must come from the
+        snapshot it holds: two episodes, the second ongoing with its flushed rows.
+        """
+        location = str(tmp_path / "dataset")
+        schema = reader_schema(example_schema())
+        options = backend_options(self.backend_name, self.reader_options())
+        writer = Dataset.create(schema, location, backend=self.backend_name, **options)
+        writer.add_episode(bulk_episode(schema, reader_episode(schema, 0)))
+        content = reader_episode(schema, 1)
+        assert content.num_rows > 4, "episode 1 of the oracle should be long"
+        steps = start_episode(writer, content)
+        write_steps(steps, schema, content, 1, 4)
+        writer.flush()
+        reader = Dataset.open(location, read_only=True)
+        oracle = Oracle(schema)
+        snapshot = TableState.of(reader.backend.episode_table())
+        assert oracle.check_table(None, snapshot) == []
+        assert snapshot.length.tolist() == [reader_episode(schema, 0).num_rows - 1, 3]
+        write_steps(steps, schema, content, 4, content.num_rows)
+        writer.add_episode(bulk_episode(schema, reader_episode(schema, 2)))
+        read = reader.episode(1).read()
+        sampled = reader.sample_transitions(64, seed=0)
+        after = TableState.of(reader.backend.episode_table())
+        assert snapshot.difference(after) is None, (
+            f"the reader's table changed without refresh() during its reads: "
+            f"{snapshot.difference(after)}"
+        )
+        parts = (read.buffers, read.terminated, read.truncated)
+        found = oracle.check_episode("read", 1, *parts, older=snapshot, newer=snapshot)
+        assert found == []
+        parts = (sampled.buffers, sampled.terminated, sampled.truncated)
+        found, _, _ = oracle.check_transitions("sample", *parts, older=snapshot, newer=snapshot)
+        assert found == []
+        reader.refresh()
+        table = TableState.of(reader.backend.episode_table())
+        assert oracle.check_table(snapshot, table) == []
+        assert table.ongoing.tolist() == [False, False, False]
+        reader.close()
+        writer.close()
 
     @pytest.mark.slow
     def test_dataloader_reader_during_writes(self, tmp_path: Path) -> None:
