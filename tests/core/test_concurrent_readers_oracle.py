@@ -328,11 +328,11 @@ def test_a_table_that_disagrees_with_the_oracle_is_named(change: Any, message: s
 
 
 def test_the_last_look_must_be_what_the_writer_left() -> None:
-    expected = {"length": [3, 149, 0], "ongoing": [False, True, False]}
+    expected: dict[str, list[Any]] = {"length": [3, 149, 0], "ongoing": [False, True, False]}
     assert _final_difference("r", {"length": [3, 149], "ongoing": [False, True]}, expected) == (
         "r: its last look saw 2 episodes, the writer left 3"
     )
-    got = {"length": [3, 120, 0], "ongoing": [False, True, False]}
+    got: dict[str, list[Any]] = {"length": [3, 120, 0], "ongoing": [False, True, False]}
     assert _final_difference("r", got, expected) == (
         "r: its last look saw episode 1 with (length, ongoing) = (120, True), the writer "
         "left (149, True)"
