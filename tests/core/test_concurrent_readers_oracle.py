@@ -10,14 +10,15 @@ known to be able to fail.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
 from episodata_core.dataset import Dataset
-from episodata_core.testing import example_schema
+from episodata_core.testing import concurrent_readers, example_schema
 from episodata_core.testing._crash_writer import (
+    ChainEpisode,
     bulk_episode,
     chain_episode,
     start_episode,
@@ -31,6 +32,11 @@ from episodata_core.testing._reader_checks import (
     reader_schema,
 )
 from episodata_core.testing.concurrent_readers import _final_difference
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from episodata_core.schema import DatasetSchema
 
 SCHEMA = reader_schema(example_schema())
 ONGOING = {5: 20, 11: 3}  # episode -> rows written; the others are written whole
@@ -359,3 +365,28 @@ def _present(table: TableState, key: str, episode: int, value: bool) -> TableSta
     present = {k: v.copy() for k, v in table.present.items()}
     present[key][episode] = value
     return dataclasses.replace(table, present=present)
+
+
+@pytest.mark.slow  # reader processes take seconds to start on a busy machine
+def test_reader_processes_report_a_wrong_row_with_episode_row_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the whole check on real files and processes, with a writer that stores one wrong
+    # value: the readers rebuild episodes on their own, so they must name it
+    def wrong(schema: DatasetSchema, episode: int) -> ChainEpisode:
+        content = reader_episode(schema, episode)
+        if episode != 1:
+            return content
+        rows = dict(content.rows)
+        rows["observation/state"] = rows["observation/state"].copy()
+        rows["observation/state"][7, 0] += 1.0
+        return ChainEpisode(rows, content.terminated, content.truncated)
+
+    monkeypatch.setattr(concurrent_readers, "reader_episode", wrong)
+    figures = concurrent_readers.run_concurrent_readers(
+        "npz_directory", str(tmp_path / "dataset"), seconds=0.3, readers=1, loader=False
+    )
+    assert figures.readers, figures.report()
+    assert figures.problems, figures.report()
+    expected = f"episode 1 row 7 field {'observation/state'!r}: expected"
+    assert all(expected in p or "more problems" in p for p in figures.problems), figures.report()
