@@ -15,6 +15,9 @@ through the public API, each checked against the oracle (:mod:`._reader_checks`)
     a torch ``DataLoader`` with 2 forked workers over ``segments()``, a new pass each
     round (the workers reopen the dataset, so they see at least what this process saw).
 
+Around every read the reader compares the backend's episode table with the one its last
+``refresh()`` adopted: a change in between is a finding (unless the configuration allows
+it, then it is counted), and each read is checked between the tables before and after it.
 After the stop file appears it refreshes once more, checks the table and reads every
 episode whole, and prints its figures as one JSON line on its standard output: what it
 read, the problems found (``episode, row, field: expected, got``), and the table it saw

@@ -16,8 +16,10 @@ them reads through a torch ``DataLoader`` with forked workers); the set of final
 episodes a reader sees may only grow, and no read may raise. After the writer closes,
 each reader takes a last look, which must be exactly what the writer left.
 
-:class:`ConcurrentReaderTests` runs it as a short default test and a longer slow one;
-a backend's test module subclasses it and sets ``backend_name``.
+:class:`ConcurrentReaderTests` runs it as a short default test (two sampling readers)
+and as slow ones (with the DataLoader reader, and longer), next to a deterministic test
+that a reader's episode table changes only at its ``refresh()``; a backend's test module
+subclasses it and sets ``backend_name``.
 """
 
 from __future__ import annotations
