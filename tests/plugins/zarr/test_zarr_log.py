@@ -6,6 +6,7 @@ rebuilt from the episode ids (``rows_of``), never from the backend's own bookkee
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from typing import TYPE_CHECKING
@@ -67,7 +68,7 @@ def test_the_log_folds_by_itself_at_fold_bytes(tmp_path: Path) -> None:
         writer.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
         generations.append(_committed(folder)[1])
     assert generations[-1] >= 2  # folded several times without a flush
-    assert all(b - a in (0, 1) for a, b in zip(generations, generations[1:], strict=False))
+    assert all(b - a in (0, 1) for a, b in itertools.pairwise(generations))
     assert len(_logged(folder)) < 4  # never more than a fold's worth waits
     writer.close()
     reader = open_backend(folder)

@@ -68,21 +68,23 @@ def fold(
     if logged:
         stored = {key: layouts[key].encode(grow.view()) for key, grow in tail.buffers.items()}
         blocks.append((tail.base, len(tail), stored))
-        for episode, placed in logged:
+        checksums = []
+        for _, placed in logged:
             lo, hi = placed.row_start - tail.base, placed.row_start - tail.base + placed.rows
-            checksums = {key: zlib.crc32(stored[key][lo:hi].data) for key in placed.present}
-            ids.append(episode)
-            entries.append(
-                index.make_entries(
-                    [placed.row_start],
-                    [placed.rows - 1],
-                    [placed.terminated],
-                    [placed.truncated],
-                    [False],
-                    [placed.present],
-                    [checksums],
-                )
+            checksums.append({key: zlib.crc32(stored[key][lo:hi].data) for key in placed.present})
+        placements = [placed for _, placed in logged]
+        ids += [episode for episode, _ in logged]
+        entries.append(
+            index.make_entries(
+                [p.row_start for p in placements],
+                [p.rows - 1 for p in placements],
+                [p.terminated for p in placements],
+                [p.truncated for p in placements],
+                [False] * len(placements),
+                [p.present for p in placements],
+                checksums,
             )
+        )
     rows = tail.end
     extra_entries = []
     for episode, data, terminated, truncated in extra:

@@ -103,6 +103,7 @@ class ZarrStore:
             fsync=options.fsync,
         )
         self.guard = ChunkGuard()  # what folds may rewrite, as this writer left it
+        self.torn_entries: list[int] = []  # index rows a torn fold wrote (see load_index)
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
         self.closed = False
@@ -193,7 +194,7 @@ class ZarrStore:
         )
         store.arrays.open()
         store.load_index(record)
-        stale = store.adopt_log()
+        stale = store.adopt_snapshot()
         if writable:
             store.recover(stale)
         return store
@@ -221,6 +222,7 @@ class ZarrStore:
         ahead = (entries[:, 4] == 0) & (entries[:, 0] + entries[:, 1] + 1 > record.rows)
         unfolded = (np.flatnonzero((entries[:, 4] == 1) | ahead) + first).tolist()
         check_entries(entries, first, rows=record.rows, ongoing=unfolded, where=INDEX_PATH)
+        self.torn_entries = (np.flatnonzero(ahead) + first).tolist()
         if ahead.any():
             entries = entries.copy()
             entries[ahead, 0], entries[ahead, 2:5] = -1, (0, 0, 1)
@@ -358,6 +360,19 @@ class ZarrStore:
             temporary.unlink(missing_ok=True)  # a commit record a killed writer never renamed
         self.log.forget(stale)
         self.arrays.trim(record.rows, record.episodes)
+        if self.torn_entries:
+            # index rows a torn fold wrote send their episodes back to the log on disk
+            # too (readers apply that rule anyway; a reader without episodata may not)
+            ids = self.torn_entries
+            rewritten = self.index.make_entries(
+                [-1] * len(ids),
+                self.index.length.view()[ids].tolist(),
+                [False] * len(ids),
+                [False] * len(ids),
+                [True] * len(ids),
+                [self.present_keys(e) for e in ids],
+            )
+            self.arrays.write([], ids, rewritten)
         if self.log.interrupted or stale or removed:
             _LOG.info(
                 "%s: recovered after an interrupted writer: %d finalized and %d ongoing "
@@ -595,28 +610,43 @@ class ZarrStore:
             )
         if self.writable:
             return  # the one writer's memory is always the newest state
+        record = read_commit(self.folder)
+        if record.generation != self.record.generation:
+            self.adopt_record(record)
+        elif not self.log.changed():
+            return
+        self.adopt_snapshot()
+
+    def adopt_record(self, record: CommitRecord) -> None:
+        """A reader moves to a newer commit record: arrays, index, what left the tail."""
+        old = self.record
+        self.arrays.open()
+        # entries from the first that may have changed: new ids, or unfolded ones
+        unfolded = np.flatnonzero(self.index.ongoing.view()[: old.episodes]).tolist()
+        self.load_index(record, min([old.episodes, *unfolded]))
+        self.tail.rebase(record.rows)
+        for episode in [e for e in self.tail.ongoing if e < record.episodes]:
+            if not self.index.ongoing.data[episode]:
+                del self.tail.ongoing[episode]  # finalized and folded since
+
+    def adopt_snapshot(self) -> list[int]:
+        """:meth:`adopt_log`; a reader retries until no fold happened around it.
+
+        The commit record is read before and after the log's snapshot: equal, the
+        snapshot was taken after that fold and before any next one, so together they
+        name every episode exactly once; a fold in between (which may have taken
+        episodes out of the log) means another round with the newer record.
+        """
         while True:
-            record = read_commit(self.folder)
-            old = self.record
-            if record.generation != old.generation:
-                self.arrays.open()
-                # entries from the first that may have changed: new ids, or unfolded ones
-                unfolded = np.flatnonzero(self.index.ongoing.view()[: old.episodes]).tolist()
-                self.load_index(record, min([old.episodes, *unfolded]))
-                self.tail.rebase(record.rows)
-                for episode in [e for e in self.tail.ongoing if e < record.episodes]:
-                    if not self.index.ongoing.data[episode]:
-                        del self.tail.ongoing[episode]  # finalized and folded since
-            elif not self.log.changed():
-                return
             try:
-                self.adopt_log()
+                stale = self.adopt_log()
             except EpisodataError:
-                if read_commit(self.folder).generation == record.generation:
+                if self.writable or read_commit(self.folder).generation == self.record.generation:
                     raise
-                continue  # a fold took episodes out of the log meanwhile: once more
-            if read_commit(self.folder).generation == record.generation:
-                return
+            else:
+                if self.writable or read_commit(self.folder).generation == self.record.generation:
+                    return stale
+            self.adopt_record(read_commit(self.folder))
 
     def verify(self) -> list[str]:
         """Every damaged file, chunk or episode; see :mod:`episodata_zarr._verify`."""

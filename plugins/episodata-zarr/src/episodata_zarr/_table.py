@@ -144,10 +144,10 @@ class EpisodeIndex:
         entries[:, 2] = terminated
         entries[:, 3] = truncated
         entries[:, 4] = ongoing
-        for i in range(count):
-            entries[i, 5 : 5 + len(optional)] = [key in present[i] for key in optional]
-            if crc32 is not None:
-                entries[i, 5 + len(optional) : -1] = [crc32[i].get(key, 0) for key in fields]
+        if optional:
+            entries[:, 5 : 5 + len(optional)] = [[key in p for key in optional] for p in present]
+        if crc32 is not None and count:
+            entries[:, 5 + len(optional) : -1] = [[c.get(key, 0) for key in fields] for c in crc32]
         entries[:, -1] = entry_hash(entries[:, :-1])
         return entries
 

@@ -133,7 +133,9 @@ def _check_field(
     # episodes that are only in the log); the memory's index if the disk's is unreadable
     optional = store.index_layout.optional
     if entries is not None:
-        folded = entries[:, 4] == 0
+        # an entry reaching past the committed rows is a torn fold's: in the log still
+        ends = entries[:, 0] + entries[:, 1] + 1
+        folded = (entries[:, 4] == 0) & (ends <= store.record.rows)
         if key in optional:
             folded &= entries[:, 5 + optional.index(key)] != 0
         stored = np.flatnonzero(folded)
