@@ -157,8 +157,8 @@ class ZarrBackend:
     def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
         """Finalized episodes in one commit: after a crash, all of them or none.
 
-        Batches of at least ``fold_bytes`` go straight into the arrays (one fold, synced,
-        with whatever the log held); smaller ones into the log. A call that writes at
+        Batches of a few MB or more go straight into the arrays (one fold, synced, with
+        whatever the log held); smaller ones into the log. A call that writes at
         least 1/16 of ``cache_pool_bytes`` starts an empty TensorStore cache afterwards,
         so that the chunks it wrote do not stay in memory; reads then fetch chunks from
         disk again.

@@ -70,6 +70,11 @@ os.register_at_fork(after_in_child=lambda: _THIS_PROCESS.__setitem__(0, os.getpi
 
 _LOG = logging.getLogger("episodata")
 
+_DIRECT_FOLD_BYTES = 4 << 20
+"""Bulk batches from this size on skip the log: a fold costs ~4 ms however small, and
+logging first writes every byte twice (log, then arrays); past a few MB the second
+write costs more than the fold's fixed part, and bulk imports keep their throughput."""
+
 
 class ZarrStore:
     """One dataset folder: its commit record, index, episode log, tail and arrays."""
@@ -464,14 +469,14 @@ class ZarrStore:
     def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
         """Finalized episodes in one commit: all of them (or none) after a crash.
 
-        Batches of at least ``fold_bytes`` go straight into the arrays with the tail (one
-        fold), smaller ones into the log.
+        Batches of at least ``_DIRECT_FOLD_BYTES`` (or ``fold_bytes``) go straight into
+        the arrays with the tail (one fold), smaller ones into the log.
         """
         self.check(write=True)
         first = len(self.index)
         finals = [(first + i, e.rows, e.terminated, e.truncated) for i, e in enumerate(episodes)]
         written = sum(block.nbytes for e in episodes for block in e.rows.values())
-        if written >= self.options.fold_bytes:
+        if written >= min(self.options.fold_bytes, _DIRECT_FOLD_BYTES):
             self._log_placeholders(first + len(finals))
             self.record = self._fold(finals)
         else:
