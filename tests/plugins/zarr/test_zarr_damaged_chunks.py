@@ -1,8 +1,9 @@
-"""A committed chunk that is missing or damaged: reads raise, writes into it are refused.
+"""A committed chunk that is missing or damaged: reads raise, folds into it are refused.
 
-An append merges its rows into the last, partly filled chunk. TensorStore reads that
-chunk first, and a missing one reads as fill values there: the committed rows used to
-become zeros inside a valid chunk, silently (issue 12, item 3).
+A fold merges its rows into the last, partly filled chunk. TensorStore reads that chunk
+first, and a missing one reads as fill values there: the committed rows used to become
+zeros inside a valid chunk, silently (issue 12, item 3). ``fold_bytes=0`` folds at every
+finalize, so each append is a fold here. Damaged bytes of the episode log raise too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     return {
         str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
         for p in sorted(folder.rglob("*"))
-        if p.is_file() and not p.name.startswith(".")
+        if p.is_file() and not p.name.startswith(".") and not p.name.startswith("log.sqlite")
     }
 
 
@@ -56,22 +57,26 @@ def test_a_write_into_a_damaged_committed_chunk_is_refused(
     schema = example_schema()
     folder = tmp_path / "ds"
     array, chunk, options = _CHUNKS[where]
-    backend = make_backend(folder, **options)
+    backend = make_backend(folder, fold_bytes=0, **options)
     for episode in range(2):
         backend.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
     if reopened:
         backend.close()
-        backend = open_backend(folder, writable=True)
+        backend = open_backend(folder, writable=True, fold_bytes=0)
     _damage(folder / chunk, how)
     before = _snapshot(folder)
     problem = "is missing" if how == "deleted" else "is damaged"
     with pytest.raises(IntegrityError, match=rf"chunk {folder / chunk} holds the committed rows"):
         backend.add_episode(rows_of(schema, 2), terminated=True, truncated=False)
-    with pytest.raises(IntegrityError, match=rf"of {array} but {problem}; the write was refused"):
-        backend.add_episode(rows_of(schema, 2), terminated=True, truncated=False)
-    assert _snapshot(folder) == before  # nothing written, not even other fields' chunks
-    assert len(backend.episode_table()) == 2
-    backend._store.closed = True  # no close-time flush: the folder stays as damaged
+    with pytest.raises(IntegrityError, match=rf"of {array} but {problem}; the fold was refused"):
+        backend.add_episode(rows_of(schema, 3), terminated=True, truncated=False)
+    # nothing written to the arrays, not even other fields' chunks; the two episodes
+    # whose fold was refused are safe in the episode log and read back from it
+    assert _snapshot(folder) == before
+    assert len(backend.episode_table()) == 4
+    for episode in (2, 3):
+        check_episode(backend, episode)
+    backend._store.closed = True  # no close-time fold: the folder stays as damaged
     reader = open_backend(folder) if where != "index" else None
     if reader is not None:
         # the rows that chunk held raise rather than read as anything; verify names it
@@ -90,25 +95,22 @@ def test_a_write_into_a_damaged_committed_chunk_is_refused(
             open_backend(folder)  # an unreadable index refuses the open, loudly
 
 
-def test_a_flush_into_a_deleted_spill_chunk_is_refused(tmp_path: Path) -> None:
+def test_a_damaged_block_of_the_episode_log_raises_naming_it(tmp_path: Path) -> None:
     schema = example_schema()
     folder = tmp_path / "ds"
     rows = rows_of(schema, 5)  # 7 rows
     backend = make_backend(folder)
-    episode = backend.start_episode({k: v[:2] for k, v in rows.items()})
-    backend.flush()
-    spill = folder / "ongoing" / "0" / "observation" / "state" / "c" / "0" / "0"
-    spill.unlink()
-    backend.append_rows(episode, {k: v[2:4] for k, v in rows.items()})
-    before = _snapshot(folder)
-    with pytest.raises(
-        IntegrityError, match=rf"ongoing episode 0, field 'observation/state'.*{spill}"
-    ):
-        backend.flush()
-    assert _snapshot(folder) == before
-    backend._store.closed = True
-    with pytest.raises(EpisodataError, match="ongoing episode 0"):
-        open_backend(folder, writable=True)  # its flushed rows are gone: said, not zeros
+    backend.start_episode({k: v[:5] for k, v in rows.items()})
+    backend.close()  # the ongoing episode stays in the log
+    log = folder / "log.sqlite"
+    data = bytearray(log.read_bytes())
+    where = data.find(rows["observation/state"][:5].tobytes())
+    assert where > 0
+    data[where + 3] ^= 0x10
+    log.write_bytes(bytes(data))
+    for writable in (False, True):
+        with pytest.raises(EpisodataError, match=r"log.sqlite.*episode 0.*differ from their"):
+            open_backend(folder, writable=writable)
 
 
 def test_an_intact_dataset_still_accepts_writes_after_reopening(tmp_path: Path) -> None:
@@ -186,8 +188,8 @@ def test_no_read_turns_a_missing_committed_chunk_into_zeros(
 @pytest.mark.parametrize("how", ["deleted", "flipped"])
 @pytest.mark.parametrize(
     "chunk",
-    [_STATE / "c/0/0", Path("index/episodes/c/0/0"), Path("ongoing/3/observation/state/c/0/0")],
-    ids=["data", "index", "spill"],
+    [_STATE / "c/0/0", Path("index/episodes/c/0/0")],
+    ids=["data", "index"],
 )
 def test_verify_in_the_writing_process_reads_the_disk(
     tmp_path: Path, how: str, chunk: Path
@@ -199,7 +201,7 @@ def test_verify_in_the_writing_process_reads_the_disk(
     for episode in range(3):
         backend.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
     backend.start_episode(rows_of(schema, 3))
-    backend.flush()
+    backend.flush()  # folds episodes 0-2 into the arrays
     for episode in range(4):
         check_episode(backend, episode)
     assert backend.verify() == []

@@ -108,7 +108,9 @@ def test_batch_inside_one_chunk_reads_it_once(
     tmp_path: Path, image_schema: DatasetSchema, strategy: str
 ) -> None:
     rows = example_rows(image_schema, 100, seed=0)
-    backend = make_backend(tmp_path / "ds", image_schema, chunk_bytes=1 << 20, cache_pool_bytes=0)
+    backend = make_backend(
+        tmp_path / "ds", image_schema, chunk_bytes=1 << 20, cache_pool_bytes=0, fold_bytes=0
+    )
     backend.add_episode(rows, terminated=True, truncated=False)
     rng = np.random.default_rng(1)
     starts = rng.integers(0, 100 - 9, size=64)
@@ -128,7 +130,11 @@ def test_batch_reads_each_touched_chunk_once(
     lengths = [40, 25, 60, 33]
     stored = [example_rows(image_schema, n, seed=i) for i, n in enumerate(lengths)]
     backend = make_backend(
-        tmp_path / "ds", image_schema, chunk_rows={"observation/camera": 7}, cache_pool_bytes=0
+        tmp_path / "ds",
+        image_schema,
+        chunk_rows={"observation/camera": 7},
+        cache_pool_bytes=0,
+        fold_bytes=0,
     )
     for rows in stored:
         backend.add_episode(rows, terminated=False, truncated=True)

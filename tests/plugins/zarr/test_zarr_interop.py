@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import zlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,18 +70,31 @@ def test_zarr_python_reads_every_array(tmp_path: Path, options: dict[str, Any]) 
     index = zarr.open_array(str(tmp_path / "ds" / "index" / "episodes"), mode="r")
     columns = index.attrs["episodata"]["columns"]
     table = {name: index[:, i] for i, name in enumerate(columns)}
-    assert table["length"].tolist() == [5, 0, 8, 3, 2]
-    assert table["row_start"].tolist() == [0, 6, 7, 16, -1]
-    assert table["terminated"].tolist() == [1, 0, 0, 0, 0]
-    assert table["truncated"].tolist() == [0, 0, 1, 0, 0]
-    assert table["ongoing"].tolist() == [0, 0, 0, 0, 1]
-    assert table["present:observation/depth"].tolist() == [1, 0, 1, 0, 1]
+    assert table["length"].tolist() == [5, 0, 8, 3]
+    assert table["row_start"].tolist() == [0, 6, 7, 16]
+    assert table["terminated"].tolist() == [1, 0, 0, 0]
+    assert table["truncated"].tolist() == [0, 0, 1, 0]
+    assert table["ongoing"].tolist() == [0, 0, 0, 0]
+    assert table["present:observation/depth"].tolist() == [1, 0, 1, 0]
 
-    # the ongoing episode's flushed rows are Zarr arrays too
-    for key, values in ongoing.items():
-        spill = root[f"ongoing/4/{key}"]
-        assert isinstance(spill, zarr.Array)
-        np.testing.assert_array_equal(spill[:], values, err_msg=key)
+    # the ongoing episode's flushed rows are in the episode log, which SQLite and NumPy
+    # read as docs/formats.md says, without episodata
+    with sqlite3.connect(f"file:{tmp_path / 'ds' / 'log.sqlite'}?mode=ro", uri=True) as log:
+        episodes_table = log.execute(
+            "SELECT id, row_start, rows, ongoing, fields FROM episodes"
+        ).fetchall()
+        assert [row[:4] for row in episodes_table] == [(4, -1, 3, 1)]
+        assert sorted(json.loads(episodes_table[0][4])) == sorted(ongoing)
+        for key, values in ongoing.items():
+            blocks = log.execute(
+                "SELECT first, count, crc32, data FROM blocks WHERE episode = 4 AND field = ? "
+                "ORDER BY first",
+                (key,),
+            ).fetchall()
+            data = b"".join(block[3] for block in blocks)
+            assert all(zlib.crc32(block[3]) == block[2] for block in blocks)
+            rows = np.frombuffer(data, dtype=root[f"data/{key}"].dtype).reshape(values.shape)
+            np.testing.assert_array_equal(rows, values, err_msg=key)
 
 
 def test_every_array_has_exact_shape_after_close(tmp_path: Path) -> None:

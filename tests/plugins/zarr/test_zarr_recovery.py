@@ -49,36 +49,44 @@ def test_ids_stay_contiguous_without_a_flush(tmp_path: Path) -> None:
     reopened = open_backend(tmp_path / "ds")
     assert reopened.episode_table().ongoing.tolist() == [False, False]
     check_episode(reopened, 0)
-    assert not (tmp_path / "ds" / "ongoing" / "0").exists()  # its spill went at close
+    assert not (tmp_path / "ds" / "log.sqlite").exists()  # everything folded: no log left
     reopened.close()
 
 
-def test_torn_commit_is_ignored_then_trimmed(tmp_path: Path) -> None:
+def test_torn_fold_is_ignored_then_trimmed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from episodata_zarr import _fold
+
     schema = example_schema()
     folder = tmp_path / "ds"
-    writer = make_backend(folder)
+    writer = make_backend(folder, fold_bytes=0)  # every finalize folds
     writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
-    before = (folder / "commit.json").read_bytes()
-    # everything of a second commit lands except its commit record: a crash before rename
-    writer.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
-    writer.start_episode(rows_of(schema, 2))
-    writer.flush()
-    writer.close()
-    (folder / "commit.json").write_bytes(before)
-    reader = open_backend(folder)
-    assert len(reader.episode_table()) == 1
+
+    def crash(*_: Any, **__: Any) -> None:
+        raise KeyboardInterrupt  # the process dies right before the commit record
+
+    # everything of the second fold lands (its chunks, the index) except commit.json
+    monkeypatch.setattr(_fold, "write_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        writer.add_episode(rows_of(schema, 1), terminated=True, truncated=False)
+    writer._store.closed = True
+    monkeypatch.undo()
+    state = json.loads((folder / "data" / "observation" / "state" / "zarr.json").read_text())
+    assert state["shape"][0] > 2  # the torn fold grew the array past the 2 committed rows
+    reader = open_backend(folder)  # episode 1 is in the log, not in the torn arrays
+    assert reader.episode_table().ongoing.tolist() == [False, False]
     check_episode(reader, 0)
+    check_episode(reader, 1)
     reader.close()
     backend = open_backend(folder, writable=True)
-    assert len(backend.episode_table()) == 1
-    assert not (folder / "ongoing" / "2").exists()  # an uncommitted flush is dropped
-    rows = json.loads((folder / "data" / "observation" / "state" / "zarr.json").read_text())
-    assert rows["shape"][0] == 2  # trimmed to the committed rows
-    # the stale rows beyond the commit are overwritten by the next episode
-    assert backend.add_episode(rows_of(schema, 1), terminated=True, truncated=False) == 1
+    state = json.loads((folder / "data" / "observation" / "state" / "zarr.json").read_text())
+    assert state["shape"][0] == 2  # trimmed to the committed rows
+    assert len(backend.episode_table()) == 2
+    # the stale rows beyond the commit are overwritten by the next fold
+    assert backend.add_episode(rows_of(schema, 2), terminated=True, truncated=False) == 2
     backend.close()
     reopened = open_backend(folder)
-    check_episode(reopened, 1)
+    for episode in range(3):
+        check_episode(reopened, episode)
     assert reopened.verify() == []
     reopened.close()
 
@@ -109,19 +117,20 @@ def test_reader_leaves_files_alone_after_a_crash(tmp_path: Path) -> None:
     folder = tmp_path / "ds"
     writer = make_backend(folder)
     writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
-    committed = (folder / "commit.json").read_bytes()
     writer.start_episode(rows_of(schema, 1))
-    writer.flush()
-    writer.add_episode(rows_of(schema, 2), terminated=True, truncated=False)
-    writer._store.closed = True
-    (folder / "commit.json").write_bytes(committed)
-    before = _snapshot(folder)
+    writer.flush()  # episode 0 folded, 1 logged
+    writer.add_episode(rows_of(schema, 2), terminated=True, truncated=False)  # logged
+    writer._store.closed = True  # a crash: the log holds episodes 1 and 2
+    # SQLite's shared-memory index (-shm) is where readers take their read marks: it is
+    # SQLite's to change, and holds no data
+    before = {k: v for k, v in _snapshot(folder).items() if not k.endswith("-shm")}
     reader = open_backend(folder)
     reader.refresh()
-    check_episode(reader, 0)
+    for episode in range(3):
+        check_episode(reader, episode)
     assert reader.verify() == []
     reader.close()
-    assert _snapshot(folder) == before
+    assert {k: v for k, v in _snapshot(folder).items() if not k.endswith("-shm")} == before
 
 
 @pytest.mark.parametrize(
@@ -231,7 +240,7 @@ def test_reads_of_a_damaged_chunk_raise(tmp_path: Path) -> None:
     reader.close()
 
 
-def test_reader_follows_an_episode_finalized_since_its_refresh(tmp_path: Path) -> None:
+def test_reader_reads_its_snapshot_until_it_refreshes(tmp_path: Path) -> None:
     schema = example_schema()
     writer = make_backend(tmp_path / "ds")
     rows = rows_of(schema, 1)
@@ -241,10 +250,17 @@ def test_reader_follows_an_episode_finalized_since_its_refresh(tmp_path: Path) -
     assert reader.episode_table().ongoing.tolist() == [True]
     writer.append_rows(episode, {k: v[3:] for k, v in rows.items()})
     writer.finalize_episode(episode, terminated=True, truncated=False)
-    writer.close()  # removes the spill the reader last saw
-    window = reader.read_rows(0, 0, 3, ["observation/state"])
+    writer.close()  # folds it and removes the log the reader read
+    window = reader.read_rows(0, 0, 3, ["observation/state"])  # from its snapshot
     np.testing.assert_array_equal(window["observation/state"], rows["observation/state"][:3])
-    assert reader.episode_table().ongoing.tolist() == [False]  # it refreshed on the way
+    assert reader.episode_table().ongoing.tolist() == [True]
+    reader.refresh()
+    assert reader.episode_table().ongoing.tolist() == [False]
+    count = len(rows["observation/state"])
+    np.testing.assert_array_equal(
+        reader.read_rows(0, 0, count, ["observation/state"])["observation/state"],
+        rows["observation/state"],
+    )
     reader.close()
 
 

@@ -11,6 +11,7 @@ from episodata_core.testing.backend import (
     example_rows,
     example_schema,
 )
+from episodata_core.testing.concurrent_readers import ConcurrentReaderTests
 from episodata_core.testing.exporter import ExportCase, ExporterTests, FailingExport
 from episodata_core.testing.importer import (
     BadSource,
@@ -26,6 +27,7 @@ from episodata_core.testing.sampler import SamplerTests
 __all__ = [
     "BackendTests",
     "BadSource",
+    "ConcurrentReaderTests",
     "ExpectedEpisode",
     "ExpectedImport",
     "ExportCase",

@@ -1,17 +1,25 @@
 """Zarr v3 storage backend (``backend="zarr"``); TensorStore does every array read and write.
 
 A dataset folder holds standard Zarr v3 arrays that zarr-python and TensorStore open
-directly::
+directly, and an episode log in front of them::
 
     manifest.json                   the core's manifest (schema, backend, provenance)
     zarr.json                       root group; attributes["episodata"] holds the schema
-    commit.json                     the commit record: what is durable (see below)
+    commit.json                     the commit record: which rows of the arrays count
+    log.sqlite                      the episode log: episodes not folded yet (SQLite, WAL)
     data/<role>/<key>               one array per field, [rows, *shape] in the field dtype,
-                                    every finalized episode's rows back to back
+                                    every folded episode's rows back to back
     index/episodes                  int64 [episodes, columns], one row per episode id:
                                     row_start, length, terminated, truncated, ongoing,
                                     present:<key>..., crc32:<key>..., entry_hash
-    ongoing/<id>/<role>/<key>       an ongoing episode's rows as of its last flush
+
+The engine, one module each: the log (``_log``: one SQLite commit per finalized episode
+or flushed prefix), the tail (``_tail``: those episodes' rows in memory, where reads
+find them), the fold (``_fold``: the tail into the arrays in one batch, then a new
+``commit.json``), the arrays (``_arrays``: TensorStore handles). A finalize costs an
+SQLite commit (tens of microseconds); the arrays are rewritten once per ``fold_bytes``
+of episodes, at ``flush()`` and at ``close()``. A closed dataset with nothing ongoing is
+plain Zarr v3 (its empty log is removed).
 
 Key parts outside ``A-Z a-z 0-9 _ . -`` are percent-encoded in paths. Chunks run along
 the row axis only (``chunk_bytes`` of rows per chunk, whole rows); codecs are
@@ -19,16 +27,9 @@ the row axis only (``chunk_bytes`` of rows per chunk, whole rows); codecs are
 read. Dtypes that Zarr v3 cannot store natively (fixed-width strings) are stored as
 uint8 with a trailing ``byte`` axis.
 
-Commits: a finalized episode's rows, flushed ongoing rows and index entries are written
-first; then ``commit.json`` is replaced atomically. It names the committed episode and
-row counts and each ongoing episode's flushed row count; anything beyond is ignored by
-readers and trimmed by the next writer. While a writer is open, arrays grow with spare
-capacity (so most commits rewrite no ``zarr.json``); closing trims them to the commit.
-Steps of ongoing episodes stay in the writer's memory until ``flush()`` or finalize:
-``append_rows`` does no I/O.
-
 TensorStore cannot run in a ``fork()`` child of a process that used it; there (a
-DataLoader worker) reads go through a helper process, see :mod:`episodata_zarr._forked`.
+DataLoader worker) reads of the arrays go through a helper process, see
+:mod:`episodata_zarr._forked`; the tail is read from the memory the fork inherited.
 """
 
 from __future__ import annotations
@@ -71,9 +72,11 @@ def _options(options: BaseModel) -> ZarrOptions:
 class ZarrBackend:
     """Episodes in standard Zarr v3 arrays in a folder, read and written by TensorStore.
 
-    Finalized episodes are durable when ``finalize_episode``/``add_episode`` returns;
-    ongoing ones after ``flush()``. Any number of processes may read while one writes;
-    readers see new episodes after ``refresh()``.
+    A finalized episode survives a crash of the writing process when
+    ``finalize_episode``/``add_episode`` returns, and a power loss once the next sync
+    point has passed (``flush()``, ``close()``, at most ``sync_interval`` seconds later;
+    at once with ``durability="sync"``); ongoing ones after ``flush()``. Any number of
+    processes may read while one writes; readers see new episodes after ``refresh()``.
 
     Examples
     --------
@@ -144,20 +147,21 @@ class ZarrBackend:
         self._store.append_rows(episode, rows)
 
     def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
-        """Write an ongoing episode to the data arrays and commit; durable on return."""
+        """Log an ongoing episode as finalized; crash-durable on return (see the class)."""
         self._store.finalize_episode(episode, terminated=terminated, truncated=truncated)
 
     def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
-        """Write a finalized episode and commit; durable on return."""
+        """Log a finalized episode; crash-durable on return (see the class)."""
         return self._store.add_episode(rows, terminated=terminated, truncated=truncated)
 
     def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
-        """Write finalized episodes with one commit; durable together on return.
+        """Finalized episodes in one commit: after a crash, all of them or none.
 
-        A crash during the call leaves all of them or none: one ``commit.json`` covers
-        them all. A call that writes at least 1/16 of ``cache_pool_bytes`` starts an
-        empty TensorStore cache afterwards, so that the chunks it wrote do not stay in
-        memory; reads then fetch chunks from disk again.
+        Batches of a few MB or more go straight into the arrays (one fold, synced, with
+        whatever the log held); smaller ones into the log. A call that writes at
+        least 1/16 of ``cache_pool_bytes`` starts an empty TensorStore cache afterwards,
+        so that the chunks it wrote do not stay in memory; reads then fetch chunks from
+        disk again.
         """
         return self._store.add_episodes(episodes)
 
@@ -170,7 +174,7 @@ class ZarrBackend:
         return self._store.gather_rows(request)
 
     def flush(self) -> None:
-        """Make every ongoing episode's rows durable (a no-op for read-only opens)."""
+        """A sync point: log ongoing rows, fold the log, sync (a no-op for read-only opens)."""
         self._store.flush()
 
     def refresh(self) -> None:
@@ -186,7 +190,7 @@ class ZarrBackend:
         return self._store.verify()
 
     def close(self) -> None:
-        """Flush a writer and release every TensorStore handle."""
+        """Flush and fold a writer, then release every handle."""
         self._store.close()
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """The commit record: the one small file that says which rows of the arrays count.
 
-Array writes land first; then ``commit.json`` is replaced atomically (temporary file,
-fsync, rename, folder fsync). Readers and recovery trust only what the record covers:
-index rows ``[0, episodes)``, data rows ``[0, rows)`` and, per ongoing episode, the
-first ``rows`` rows of its spill arrays. Anything beyond is a torn write and is ignored,
-then overwritten. A CRC-32 of the record's own canonical JSON catches damage to it.
+A fold writes the arrays first; then ``commit.json`` is replaced atomically (temporary
+file, fsync, rename, folder fsync). Readers and recovery trust only what the record
+covers: index rows ``[0, episodes)`` and data rows ``[0, rows)``; index entries marked
+ongoing there, and every episode id from ``episodes`` on, live in the episode log.
+Anything beyond is a torn write and is ignored, then overwritten. A CRC-32 of the
+record's own canonical JSON catches damage to it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,7 @@ class OngoingRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rows: int = Field(
-        ge=1, description="Rows flushed to its spill arrays (at least the reset row)."
-    )
+    rows: int = Field(ge=1, description="Rows flushed to its spill arrays (at least one).")
     crc32: dict[str, int] = Field(description="CRC-32 of those rows per present field.")
 
 
@@ -45,7 +44,8 @@ class CommitRecord(BaseModel):
     episodes: int = Field(ge=0, description="Committed rows of index/episodes (episode ids).")
     rows: int = Field(ge=0, description="Committed rows of every data array.")
     ongoing: dict[int, OngoingRecord] = Field(
-        default_factory=dict, description="Ongoing episode id -> its flushed rows."
+        default_factory=dict,
+        description="Layout version 1 only: ongoing episode id -> its rows in ongoing/.",
     )
     metadata: dict[str, int] = Field(
         description="Array path -> CRC-32 of its zarr.json without the shape (fixed at creation)."

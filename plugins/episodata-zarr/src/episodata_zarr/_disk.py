@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
-    from episodata_zarr._impl import ZarrStore
+    from episodata_zarr._arrays import Arrays
+    from episodata_zarr._commit import CommitRecord
 
 __all__ = ["ChunkGuard", "chunk_file", "open_uncached", "remove_leftovers"]
 
@@ -37,23 +38,24 @@ LOCK_SUFFIX = ".__lock"
 """Suffix of TensorStore's temporaries: ``<key>.__lock`` and ``<key>_<hex>.__lock``."""
 
 
-def remove_leftovers(store: ZarrStore) -> int:
+def remove_leftovers(arrays: Arrays, record: CommitRecord, ongoing: Iterable[int]) -> int:
     """Remove TensorStore's temporaries wherever a dead writer can have left them.
 
-    A commit writes array metadata, the chunks of each data array from the one that
-    holds the last committed row up to the array's shape (it grows the metadata before
-    writing rows), the index chunks of new and ongoing entries, and spill arrays. Older
-    chunks are never written again: a leftover there would never be used, and looking
-    costs ~70 us per chunk folder (seconds for a large dataset). Only a writable open
-    calls this, before it trims the arrays, under the writer lock (so no live writer
-    owns one). Returns how many files it removed.
+    A fold writes array metadata, the chunks of each data array from the one that holds
+    the last committed row up to the array's shape (it grows the metadata before writing
+    rows), and the index chunks of new and ongoing entries. Older chunks are never
+    written again: a leftover there would never be used, and looking costs ~70 us per
+    chunk folder (seconds for a large dataset). Only a writable open calls this, before
+    it trims the arrays, under the writer lock (so no live writer owns one). Returns how
+    many files it removed.
     """
-    record = store.record
-    places = [(layout.path, store.data[key], record.rows) for key, layout in store.layouts.items()]
-    places.append((INDEX_PATH, store.index_store, min([record.episodes, *record.ongoing])))
-    removed = _remove_under(store.folder / "ongoing")  # spill arrays: few, all of them
+    places = [
+        (layout.path, arrays.data[key], record.rows) for key, layout in arrays.layouts.items()
+    ]
+    places.append((INDEX_PATH, arrays.index, min([record.episodes, *ongoing])))
+    removed = 0
     for path, handle, first in places:
-        folder = store.folder / path
+        folder = arrays.folder / path
         removed += _remove_under(folder, depth=0)  # zarr.json's
         width = int(handle.chunk_layout.write_chunk.shape[0])
         if handle.rank == 1:  # chunks are files in c/, their temporaries too
@@ -78,7 +80,7 @@ def _remove_under(folder: Path, depth: int | None = None) -> int:
     return removed
 
 
-def open_uncached(store: ZarrStore, paths: Iterable[str]) -> dict[str, Any]:
+def open_uncached(arrays: Arrays, paths: Iterable[str]) -> dict[str, Any]:
     """Fresh handles of the arrays at ``paths`` whose reads go to the disk, or errors.
 
     They share a context without a cache pool, so nothing the writer cached answers for
@@ -87,25 +89,25 @@ def open_uncached(store: ZarrStore, paths: Iterable[str]) -> dict[str, Any]:
     import tensorstore as ts
 
     context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
-    futures = {path: ts.open(store.spec(path), context=context) for path in paths}
+    futures = {path: ts.open(arrays.spec(path), context=context) for path in paths}
     handles: dict[str, Any] = {}
     for path, future in futures.items():
         try:
-            handles[path] = result(future, f"cannot open {store.folder / path}")
+            handles[path] = result(future, f"cannot open {arrays.folder / path}")
         except EpisodataError as err:
             handles[path] = err
     return handles
 
 
-def chunk_file(store: ZarrStore, path: str, handle: Any, row: int) -> str:
+def chunk_file(folder: Path, path: str, handle: Any, row: int) -> str:
     """The file holding ``row`` of the array at ``path``: its chunk, or its shard if sharded."""
     rows = int(handle.chunk_layout.write_chunk.shape[0])
-    return _chunk_name(store, path, row // rows, int(handle.rank))
+    return _chunk_name(folder, path, row // rows, int(handle.rank))
 
 
-def _chunk_name(store: ZarrStore, path: str, chunk: int, rank: int) -> str:
+def _chunk_name(folder: Path, path: str, chunk: int, rank: int) -> str:
     # default chunk key encoding: c/<row chunk>/0/... (every other axis has one chunk)
-    return f"{store.folder}/{path}/c/{chunk}" + "/0" * (rank - 1)
+    return f"{folder}/{path}/c/{chunk}" + "/0" * (rank - 1)
 
 
 @dataclass(frozen=True)
@@ -165,108 +167,80 @@ class ChunkGuard:
         return found
 
     def _writes(
-        self,
-        store: ZarrStore,
-        rows: int,
-        entries: Iterable[int],
-        spills: Iterable[tuple[int, int]],
+        self, arrays: Arrays, record: CommitRecord, rows: int, entries: Iterable[int]
     ) -> list[_Write]:
-        """What a commit writes: data rows up to ``rows``, index ``entries``, spill rows.
-
-        ``spills`` holds ``(episode, rows)``: its spill arrays grow from their flushed
-        rows to ``rows``; they have their data arrays' chunks.
-        """
-        record = store.record
+        """What a fold writes: data rows up to ``rows`` and the index ``entries``."""
         writes: list[_Write] = []
         if rows > record.rows:
-            for key, layout in store.layouts.items():
+            for key, layout in arrays.layouts.items():
                 # every field gets rows, absent optional ones zeros
-                shape = self._geometry(key, store.data[key])
+                shape = self._geometry(key, arrays.data[key])
                 what = f"field {key!r}"
                 writes.append(_Write(what, layout.path, *shape, record.rows, record.rows, rows))
-        shape = self._geometry("", store.index_store)
+        shape = self._geometry("", arrays.index)
         writes.extend(
             _Write("the index", INDEX_PATH, *shape, record.episodes, entry, entry + 1)
             for entry in sorted(set(entries))
         )
-        for episode, stop in spills:
-            state = store.ongoing[episode]
-            for key in state.buffers:
-                what = f"ongoing episode {episode}, field {key!r}"
-                path = store.layouts[key].spill_path(episode)
-                shape = self._geometry(key, store.data[key])
-                writes.append(_Write(what, path, *shape, state.durable, state.durable, stop))
         return writes
 
     def check(
-        self,
-        store: ZarrStore,
-        *,
-        rows: int,
-        entries: Iterable[int],
-        spills: Iterable[tuple[int, int]],
+        self, arrays: Arrays, record: CommitRecord, *, rows: int, entries: Iterable[int]
     ) -> None:
-        """Refuse (:class:`IntegrityError`) a commit that would rewrite a damaged chunk.
+        """Refuse (:class:`IntegrityError`) a fold that would rewrite a damaged chunk.
 
-        Called before the commit writes anything. ``rows``: the data rows after the
-        commit; ``entries``: the index entries it writes; ``spills``: ``(episode, rows)``
-        of the spill arrays it appends to.
+        Called before the fold writes anything. ``rows``: the data rows after it;
+        ``entries``: the index entries it writes.
         """
-        writes = self._writes(store, rows, entries, spills)
+        writes = self._writes(arrays, record, rows, entries)
         self.written = {(w.path, c) for w in writes for c in w.chunks()}
         unknown: list[tuple[_Write, int, int, str, tuple[int, int, int]]] = []
         for write in writes:
             for chunk, lo, hi in write.committed_chunks():
-                file = _chunk_name(store, write.path, chunk, write.rank)
+                file = _chunk_name(arrays.folder, write.path, chunk, write.rank)
                 signature = _signature(file)
                 if signature is None:
-                    raise _refusal(store, write, file, lo, hi, "is missing")
+                    raise _refusal(arrays.folder, write, file, lo, hi, "is missing")
                 if self.known.get(file) != signature:
                     unknown.append((write, lo, hi, file, signature))
         if not unknown:
             return
-        handles = open_uncached(store, {write.path for write, *_ in unknown})
+        handles = open_uncached(arrays, {write.path for write, *_ in unknown})
         reads = []
         for write, lo, hi, file, signature in unknown:
             handle = handles[write.path]
             if isinstance(handle, EpisodataError):
-                raise _refusal(store, write, file, lo, hi, "cannot be checked", handle)
+                raise _refusal(arrays.folder, write, file, lo, hi, "cannot be checked", handle)
             reads.append((write, lo, hi, file, signature, handle[lo:hi].read()))
         for write, lo, hi, file, signature, future in reads:
             try:
                 result(future, "read")
             except EpisodataError as err:
-                raise _refusal(store, write, file, lo, hi, "is damaged", err) from err
+                raise _refusal(arrays.folder, write, file, lo, hi, "is damaged", err) from err
             self.known[file] = signature
 
-    def remember(self, store: ZarrStore) -> None:
-        """After a commit: note the chunks a next commit may rewrite, as they are now.
+    def remember(self, arrays: Arrays, record: CommitRecord, *, ongoing: Iterable[int]) -> None:
+        """After a fold: note the chunks a next fold may rewrite, as they are now.
 
-        Trusted are those this commit wrote and those unchanged since they were checked.
+        Trusted are those this fold wrote and those unchanged since they were checked.
         """
-        ongoing = sorted(store.ongoing)
-        nexts = self._writes(
-            store,
-            store.record.rows + 1,
-            [store.record.episodes, *ongoing],
-            [(e, store.ongoing[e].durable + 1) for e in ongoing if store.ongoing[e].durable],
-        )
+        nexts = self._writes(arrays, record, record.rows + 1, [record.episodes, *ongoing])
         known = {}  # only these: bounded, however many chunks were ever written
         for write in nexts:
             for chunk, _, _ in write.committed_chunks():
-                file = _chunk_name(store, write.path, chunk, write.rank)
+                file = _chunk_name(arrays.folder, write.path, chunk, write.rank)
                 if (write.path, chunk) in self.written:
                     signature = _signature(file)
                     if signature is not None:
                         known[file] = signature
                 elif file in self.known:
-                    # unchanged by this commit; if someone changed it, check() sees that
+                    # unchanged by this fold; if someone changed it, check() sees that
                     known[file] = self.known[file]
         self.known, self.written = known, set()
 
 
 def _refusal(
-    store: ZarrStore,
+    folder: Path,
     write: _Write,
     file: str,
     lo: int,
@@ -278,7 +252,8 @@ def _refusal(
     # as zeros, a damaged one not at all, after the other fields were written
     return IntegrityError(
         f"{write.what}: chunk {file} holds the committed rows {lo}-{hi} of {write.path} "
-        f"but {problem}; the write was refused before anything was written. Run "
-        f"`episodata verify {store.folder}` to list the damaged episodes, and restore "
+        f"but {problem}; the fold was refused before anything was written to the arrays "
+        "(the episodes stay in the episode log). Run "
+        f"`episodata verify {folder}` to list the damaged episodes, and restore "
         "the file from a copy of the dataset" + (f" ({cause})" if cause else "")
     )

@@ -1,4 +1,13 @@
-"""TensorStore I/O of the zarr backend: create, open and recover, commit, read.
+"""The zarr backend's engine: log -> fold -> arrays, behind one :class:`ZarrStore`.
+
+- :class:`~episodata_zarr._log.EpisodeLog` (``log.sqlite``): every finalized episode,
+  and every flushed prefix of an ongoing one, is one SQLite commit;
+- :class:`~episodata_zarr._tail.Tail`: those episodes' rows in memory, where reads find
+  them (the writer keeps them as it logs; a reader loads them at ``refresh()``);
+- :func:`~episodata_zarr._fold.fold`: moves the tail into the arrays in one batch, at
+  ``fold_bytes``, ``flush()`` and ``close()``, and publishes ``commit.json``;
+- :class:`~episodata_zarr._arrays.Arrays`: the TensorStore handles of the Zarr arrays;
+- :class:`~episodata_zarr._table.EpisodeIndex`: lengths, flags and rows of every episode.
 
 Only ever imported from inside :class:`episodata_zarr.ZarrBackend`'s methods, so that
 ``import episodata_zarr`` stays light.
@@ -7,48 +16,48 @@ Only ever imported from inside :class:`episodata_zarr.ZarrBackend`'s methods, so
 from __future__ import annotations
 
 import json
+import logging
 import os
-import shutil
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorstore as ts
 
 from episodata_core.errors import DatasetStateError, EpisodataError
-from episodata_core.location import inside, write_json_atomic
+from episodata_core.location import write_json_atomic
 from episodata_core.schema import DatasetSchema
+from episodata_zarr._arrays import Arrays
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
-from episodata_zarr._confine import CheckedChunks, check_array, check_files
+from episodata_zarr._confine import check_files
 from episodata_zarr._disk import ChunkGuard, remove_leftovers
+from episodata_zarr._fold import fold
 from episodata_zarr._layout import (
     COMMIT_NAME,
     FORMAT,
     FORMAT_VERSION,
     GROUP_DOCUMENT,
     INDEX_PATH,
-    FieldLayout,
     IndexLayout,
-    crc32,
     field_layouts,
     group_paths,
     metadata_digest,
-    spill_group,
 )
+from episodata_zarr._log import LOG_NAME, Block, EpisodeLog, LogEntry
 from episodata_zarr._manifest import check_manifest
 from episodata_zarr._options import worker_share
-from episodata_zarr._reads import SpillGoneError, gather_rows, read_rows, result
+from episodata_zarr._reads import gather_rows, read_rows, result
 from episodata_zarr._table import EpisodeIndex, check_entries
-from episodata_zarr._writes import Ongoing, commit, trim
+from episodata_zarr._tail import Ongoing, Tail
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Mapping, Sequence
 
     import numpy.typing as npt
 
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_zarr._forked import ForkedReader
+    from episodata_zarr._layout import FieldLayout
     from episodata_zarr._options import ZarrOptions
 
 __all__ = ["LOADED_IN", "ZarrStore"]
@@ -56,9 +65,19 @@ __all__ = ["LOADED_IN", "ZarrStore"]
 LOADED_IN = os.getpid()
 """The process that imported TensorStore; a fork() child of it must not touch TensorStore."""
 
+_THIS_PROCESS = [LOADED_IN]  # kept current by a fork hook: os.getpid() per step costs 2 us
+os.register_at_fork(after_in_child=lambda: _THIS_PROCESS.__setitem__(0, os.getpid()))
+
+_LOG = logging.getLogger("episodata")
+
+_DIRECT_FOLD_BYTES = 4 << 20
+"""Bulk batches from this size on skip the log: a fold costs ~4 ms however small, and
+logging first writes every byte twice (log, then arrays); past a few MB the second
+write costs more than the fold's fixed part, and bulk imports keep their throughput."""
+
 
 class ZarrStore:
-    """One dataset folder: TensorStore handles, the in-memory index, the commit protocol."""
+    """One dataset folder: its commit record, index, episode log, tail and arrays."""
 
     def __init__(
         self,
@@ -76,130 +95,23 @@ class ZarrStore:
         self.options = options
         self.record = record
         self.writable = writable
-        self.context = self.new_context()
         optional = tuple(spec.qualified_key for spec in schema if spec.optional)
         self.index_layout = IndexLayout(optional, schema.qualified_keys)
         self.index = EpisodeIndex(self.index_layout)
-        self.ongoing: dict[int, Ongoing] = {}
-        self.data: dict[str, Any] = {}
-        self.chunks: dict[str, int] = {}  # rows per decoded chunk of each data array
-        self.index_store: Any = None
-        self.spills: dict[tuple[int, str], Any] = {}
-        self.documents: dict[str, dict[str, Any]] = {}  # data arrays' zarr.json, for spills
-        self.spill_contexts: tuple[Any, Any] | None = None  # (parent, uncached child)
-        self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
-        self.guard = ChunkGuard()  # what commits may rewrite, as this writer left it
+        self.arrays = Arrays(folder, layouts, self.index_layout, options)
+        self.tail = Tail(layouts, record.rows)
+        self.log = EpisodeLog(
+            folder,
+            writable=writable,
+            sync_each=options.durability == "sync",
+            sync_interval=options.sync_interval,
+            fsync=options.fsync,
+        )
+        self.guard = ChunkGuard()  # what folds may rewrite, as this writer left it
+        self.torn_entries: list[int] = []  # index rows a torn fold wrote (see load_index)
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
         self.closed = False
-
-    # -- paths and handles ----------------------------------------------------------------
-
-    def new_context(self) -> Any:
-        """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
-        return ts.Context(
-            {
-                "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
-                "file_io_sync": self.options.fsync,
-                # one writer holds our own lock; TensorStore's own locking would write
-                # each key through a reused <key>.__lock that a killed writer leaves
-                # half-written, and the next writer fills without truncating it (see _disk)
-                "file_io_locking": {"mode": "none"},
-            }
-        )
-
-    def spec(self, path: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
-        spec: dict[str, Any] = {
-            "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": f"{check_array(self.folder, path)}/"},
-            # a reopened handle revalidates what was cached before: that is how readers
-            # see chunks the writer rewrote
-            "recheck_cached_data": "open",
-            "recheck_cached_metadata": "open",
-            # a missing chunk is damage, never zeros; so chunks equal to the fill value
-            # must be stored too
-            "fill_missing_data_reads": False,
-            "store_data_equal_to_fill_value": True,
-        }
-        if metadata is not None:
-            spec["metadata"] = metadata
-            spec["create"] = True
-        return spec
-
-    def spill_context(self) -> Any:
-        """The context of spill arrays; a writer's has a cache pool of 0 bytes.
-
-        The writer keeps ongoing rows in memory and never reads its spills back: cached,
-        every flushed episode left a decoded chunk per field in the pool (about 1.8 MB
-        each for the example schema, measured), which the pool did not give back. A
-        reader samples ongoing episodes from their spills, so its spills stay cached.
-        """
-        if not self.writable:
-            return self.context
-        if self.spill_contexts is None or self.spill_contexts[0] is not self.context:
-            uncached = ts.Context.Spec({"cache_pool": {"total_bytes_limit": 0}})
-            self.spill_contexts = (self.context, ts.Context(uncached, self.context))
-        return self.spill_contexts[1]
-
-    def create_spill(self, path: str, metadata: dict[str, Any]) -> Any:
-        """A future of a new spill array at ``path``."""
-        return ts.open(self.spec(path, metadata), context=self.spill_context())
-
-    def drop_spill(self, episode: int) -> None:
-        """Forget the spill handles of an episode and remove its spill folder.
-
-        Call it only once a commit record that no longer names the episode as ongoing is
-        on disk: until then, recovery may need those files. Should the removal fail, the
-        next writable open removes the folder (:meth:`recover`).
-        """
-        for key in self.layouts:
-            self.spills.pop((episode, key), None)
-        shutil.rmtree(inside(self.folder, spill_group(episode)), ignore_errors=True)
-
-    def open_arrays(self) -> None:
-        """(Re)open the data and index arrays; checks what they hold against the layout."""
-        futures = {
-            key: ts.open(self.spec(layout.path), context=self.context)
-            for key, layout in self.layouts.items()
-        }
-        index = ts.open(self.spec(INDEX_PATH), context=self.context)
-        for key, future in futures.items():
-            layout = self.layouts[key]
-            store = result(future, f"cannot open {layout.path}/zarr.json of field {key!r}")
-            stored = (store.dtype.numpy_dtype, tuple(store.shape[1:]))
-            if stored != (layout.storage_dtype, layout.storage_shape):
-                raise EpisodataError(
-                    f"{layout.path}/zarr.json: field {key!r} is stored as {stored[0]} "
-                    f"{list(stored[1])} per row, but the schema says "
-                    f"{layout.storage_dtype} {list(layout.storage_shape)}; the dataset is damaged"
-                )
-            self.data[key] = store
-            self.chunks[key] = self.chunk_rows(store)
-        self.index_store = result(index, f"cannot open {INDEX_PATH}/zarr.json")
-        width = len(self.index_layout.columns)
-        if self.index_store.rank != 2 or self.index_store.shape[1] != width:
-            raise EpisodataError(
-                f"{INDEX_PATH}/zarr.json: expected {width} columns, found shape "
-                f"{list(self.index_store.shape)}; the dataset is damaged"
-            )
-        self.spills.clear()
-
-    def chunk_rows(self, store: Any) -> int:
-        """Rows per chunk that is read and decoded as a whole (an inner chunk if sharded)."""
-        return int(store.chunk_layout.read_chunk.shape[0])
-
-    def spill_store(self, episode: int, key: str) -> Any:
-        """The spill array of one field of an ongoing episode (opened lazily)."""
-        store = self.spills.get((episode, key))
-        if store is None:
-            path = self.layouts[key].spill_path(episode)
-            store = result(
-                ts.open(self.spec(path), context=self.spill_context()),
-                f"ongoing episode {episode}: cannot open {path}",
-            )
-            self.spills[(episode, key)] = store
-        return store
 
     # -- creation and opening -------------------------------------------------------------
 
@@ -222,12 +134,13 @@ class ZarrStore:
                     "format": FORMAT,
                     "format_version": FORMAT_VERSION,
                     "schema": schema.model_dump(mode="json"),
-                    "commit_record": "commit.json",
+                    "commit_record": COMMIT_NAME,
+                    "episode_log": LOG_NAME,
                 }
             },
         }
         write_json_atomic(folder / "zarr.json", root)
-        for group in ["index", "ongoing", *group_paths(lay.path for lay in layouts.values())]:
+        for group in ["index", *group_paths(lay.path for lay in layouts.values())]:
             (folder / group).mkdir(parents=True, exist_ok=True)
             write_json_atomic(folder / group / "zarr.json", GROUP_DOCUMENT)
         record = CommitRecord(
@@ -240,41 +153,22 @@ class ZarrStore:
             root=zlib.crc32((folder / "zarr.json").read_bytes()),
         )
         store = cls(folder, schema, layouts, options, record, writable=True)
-        creating = [
-            ts.open(store.spec(lay.path, lay.metadata(0)), context=store.context)
-            for lay in layouts.values()
-        ]
-        creating.append(
-            ts.open(store.spec(INDEX_PATH, store.index_layout.metadata(0)), context=store.context)
-        )
-        for future in creating:
-            result(future, f"cannot create arrays in {location!r}")
+        store.arrays.create()
         digests = {
-            path: metadata_digest(store.read_document(path))
+            path: metadata_digest(store.arrays.read_document(path))
             for path in [INDEX_PATH, *(lay.path for lay in layouts.values())]
         }
         store.record = record.model_copy(update={"metadata": digests})
         write_commit(folder, store.record)
-        store.open_arrays()
-        store.documents = {key: store.read_document(lay.path) for key, lay in layouts.items()}
+        store.arrays.open()
         return store
-
-    def read_document(self, path: str) -> dict[str, Any]:
-        """The parsed ``zarr.json`` of the node at ``path``."""
-        file = inside(self.folder, f"{path}/zarr.json")
-        try:
-            document = json.loads(file.read_bytes())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise EpisodataError(f"{file}: cannot be read as Zarr metadata ({err})") from err
-        if not isinstance(document, dict):
-            raise EpisodataError(f"{file}: Zarr metadata must be a JSON object")
-        return document
 
     @classmethod
     def open(cls, location: str, options: ZarrOptions, *, writable: bool) -> ZarrStore:
         """Open a dataset folder; a writable open also recovers after a crashed writer."""
         folder = Path(location)
-        check_files(folder, [COMMIT_NAME, "zarr.json"])  # no link out of the folder is read
+        # no link out of the folder is read
+        check_files(folder, [COMMIT_NAME, "zarr.json", LOG_NAME, f"{LOG_NAME}-wal"])
         record = read_commit(folder)
         root_file = folder / "zarr.json"
         try:
@@ -292,73 +186,209 @@ class ZarrStore:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise EpisodataError(f"{root_file}: no valid episodata schema ({err})") from err
+        if record.ongoing:
+            raise EpisodataError(
+                f"{folder}: written by an earlier episodata-zarr (layout 1) that kept the "
+                f"ongoing episodes {sorted(record.ongoing)} in ongoing/; this version keeps "
+                "them in log.sqlite and cannot read those files. Open the dataset with "
+                "episodata-zarr 0.1 and finalize or flush and close it, then open it here"
+            )
         check_manifest(folder, schema)  # before anything is sized or read by either schema
         store = cls(
             folder, schema, field_layouts(schema, options), options, record, writable=writable
         )
-        store.open_arrays()
+        store.arrays.open()
         store.load_index(record)
+        stale = store.adopt_snapshot()
         if writable:
-            store.documents = {k: store.read_document(lay.path) for k, lay in store.layouts.items()}
-            store.recover()
+            store.recover(stale)
         return store
 
     def load_index(self, record: CommitRecord, first: int = 0) -> None:
         """Read ``record``'s index entries from episode ``first`` on; adopt ``record``."""
-        for key, store in self.data.items():
-            if store.shape[0] < record.rows:
+        arrays = self.arrays
+        for key, handle in arrays.data.items():
+            if handle.shape[0] < record.rows:
                 raise EpisodataError(
-                    f"{self.layouts[key].path}: holds {store.shape[0]} rows but commit.json "
+                    f"{self.layouts[key].path}: holds {handle.shape[0]} rows but commit.json "
                     f"commits {record.rows}; the dataset is damaged"
                 )
-        if self.index_store.shape[0] < record.episodes:
+        if arrays.index.shape[0] < record.episodes:
             raise EpisodataError(
-                f"{INDEX_PATH}: holds {self.index_store.shape[0]} episodes but commit.json "
+                f"{INDEX_PATH}: holds {arrays.index.shape[0]} episodes but commit.json "
                 f"commits {record.episodes}; the dataset is damaged"
             )
         entries = result(
-            self.index_store[first : record.episodes].read(), f"cannot read {INDEX_PATH}"
+            arrays.index[first : record.episodes].read(), f"cannot read {INDEX_PATH}"
         ).astype(np.int64, copy=False)
-        check_entries(entries, first, rows=record.rows, ongoing=record.ongoing, where=INDEX_PATH)
-        for episode, ongoing in record.ongoing.items():
-            if episode >= first:
-                # the commit record overrides an entry a torn commit may have rewritten
-                entry = entries[episode - first]
-                entry[0], entry[1], entry[2:5] = -1, ongoing.rows - 1, (0, 0, 1)
+        # an entry past the committed rows is a later fold's (it rewrote the entry of an
+        # episode that was in the log as of this record): the log still has it, or a
+        # newer record will say so; its hash is checked all the same
+        ahead = (entries[:, 4] == 0) & (entries[:, 0] + entries[:, 1] + 1 > record.rows)
+        unfolded = (np.flatnonzero((entries[:, 4] == 1) | ahead) + first).tolist()
+        check_entries(entries, first, rows=record.rows, ongoing=unfolded, where=INDEX_PATH)
+        self.torn_entries = (np.flatnonzero(ahead) + first).tolist()
+        if ahead.any():
+            entries = entries.copy()
+            entries[ahead, 0], entries[ahead, 2:5] = -1, (0, 0, 1)
         self.index.truncate(first)
         self.index.store(first, entries)
         self.record = record
 
-    def recover(self) -> None:
-        """Load flushed ongoing episodes into memory and drop what no commit covers."""
-        record = self.record
-        remove_leftovers(self)  # TensorStore's temporaries of a killed writer
-        for episode, ongoing in sorted(record.ongoing.items()):
-            present = self.present_keys(episode)
-            rows: dict[str, npt.NDArray[Any]] = {}
-            for key in present:
-                layout = self.layouts[key]
-                stored = result(
-                    self.spill_store(episode, key)[: ongoing.rows].read(),
-                    f"ongoing episode {episode}: cannot read {layout.spill_path(episode)}",
+    def adopt_log(self) -> list[int]:
+        """Take what the log holds beyond the arrays into the index and the tail.
+
+        Everything is checked before anything changes, so a refresh that meets a fold
+        halfway can simply try again. Returns the ids of stale entries: episodes a fold
+        put into the arrays whose log entries a crash kept (the writer removes them).
+        """
+        record, index, tail = self.record, self.index, self.tail
+        finalized_in_arrays = ~index.ongoing.view()[: record.episodes].copy()
+
+        def folded(entry: LogEntry) -> bool:
+            return entry.id < record.episodes and bool(finalized_in_arrays[entry.id])
+
+        def need(entry: LogEntry) -> int | None:
+            if folded(entry) or entry.id in tail.episodes:
+                return None
+            state = tail.ongoing.get(entry.id)
+            return 0 if state is None or not entry.ongoing else len(state)
+
+        entries = self.log.read(need)
+        stale = [entry.id for entry in entries if folded(entry)]
+        live = [entry for entry in entries if not folded(entry)]
+        # -- check: contiguous ids, whole episodes, contiguous rows, nothing missing
+        next_id = len(index)
+        new_rows: dict[int, dict[str, npt.NDArray[Any]]] = {}
+        for entry in live:
+            if entry.id > next_id:
+                raise EpisodataError(
+                    f"{self.log.path}: holds episode {entry.id} but no episode {next_id}; "
+                    "the log is damaged"
                 )
-                if crc32(stored) != ongoing.crc32.get(key):
-                    raise EpisodataError(
-                        f"ongoing episode {episode}: {layout.spill_path(episode)} differs from "
-                        "the checksum of its last flush; the dataset is damaged"
-                    )
-                rows[key] = layout.decode(stored)
-            state = Ongoing(rows)
-            state.durable, state.crc32 = ongoing.rows, dict(ongoing.crc32)
-            self.ongoing[episode] = state
+            next_id = max(next_id, entry.id + 1)
+            if entry.ongoing or entry.id not in tail.episodes:
+                new_rows[entry.id] = self._joined(entry, tail.ongoing.get(entry.id))
+        finals = sorted(
+            (e for e in live if not e.ongoing and e.id not in tail.episodes),
+            key=lambda entry: entry.row_start,
+        )
+        row = tail.end
+        for entry in finals:
+            if entry.row_start != row:
+                raise EpisodataError(
+                    f"{self.log.path}: episode {entry.id} is logged at row {entry.row_start}, "
+                    f"but the rows before it end at {row}; the log is damaged"
+                )
+            row += entry.rows
+        in_log = {entry.id for entry in live} | set(tail.episodes)
+        sent = np.flatnonzero(index.ongoing.view()[: record.episodes] & ~finalized_in_arrays)
+        missing = [e for e in sent.tolist() if e not in in_log and e not in tail.ongoing]
+        if missing:
+            raise EpisodataError(
+                f"{self.folder}: episodes {missing[:8]} are marked as in the episode log, but "
+                f"{self.log.path} does not hold them; the log is damaged or was removed"
+            )
+        # -- apply
+        for entry in live:
+            if entry.ongoing:
+                state = tail.ongoing.get(entry.id)
+                if state is None:
+                    state = tail.ongoing[entry.id] = Ongoing(new_rows[entry.id])
+                else:
+                    state.append(entry.id, new_rows[entry.id])
+                state.logged = len(state)
+                matrix = index.make_entries(
+                    [-1], [entry.rows - 1], [False], [False], [True], [entry.fields]
+                )
+            else:
+                tail.ongoing.pop(entry.id, None)  # its log entry holds every row
+                matrix = self._final_matrix(entry)
+            index.store(entry.id, matrix)
+        for entry in finals:
+            tail.add(
+                entry.id,
+                new_rows[entry.id],
+                terminated=entry.terminated,
+                truncated=entry.truncated,
+                row_start=entry.row_start,
+            )
+        return stale
+
+    def _final_matrix(self, entry: LogEntry) -> npt.NDArray[np.int64]:
+        return self.index.make_entries(
+            [entry.row_start],
+            [entry.rows - 1],
+            [entry.terminated],
+            [entry.truncated],
+            [False],
+            [entry.fields],
+        )
+
+    def _joined(self, entry: LogEntry, state: Ongoing | None) -> dict[str, npt.NDArray[Any]]:
+        """An entry's new blocks as rows per field, decoded; checks they are contiguous."""
+        have = 0 if state is None or not entry.ongoing else len(state)
+        parts: dict[str, list[npt.NDArray[Any]]] = {key: [] for key in entry.fields}
+        expected = dict.fromkeys(entry.fields, have)
+        for block in entry.blocks:
+            layout = self.layouts.get(block.field)
+            if layout is None or block.field not in parts or block.first > expected[block.field]:
+                raise EpisodataError(
+                    f"{self.log.path}: episode {entry.id} holds unexpected rows of field "
+                    f"{block.field!r} (from row {block.first}); the log is damaged"
+                )
+            skip = expected[block.field] - block.first
+            stored = np.frombuffer(block.data, dtype=layout.storage_dtype)
+            stored = stored.reshape(block.count, *layout.storage_shape)[skip:]
+            parts[block.field].append(layout.decode(stored))
+            expected[block.field] = block.first + block.count
+        short = [key for key, rows in expected.items() if rows != entry.rows]
+        if short:
+            raise EpisodataError(
+                f"{self.log.path}: episode {entry.id} lists {entry.rows} rows but holds "
+                f"{[expected[k] for k in short]} of fields {short}; the log is damaged"
+            )
+        joined = {}
+        for key, rows in parts.items():
+            layout = self.layouts[key]
+            if not rows:  # nothing new since the caller's last look
+                joined[key] = np.empty((0, *layout.shape), dtype=layout.dtype)
+            else:
+                joined[key] = np.concatenate(rows) if len(rows) > 1 else rows[0].copy()
+        return joined
+
+    def recover(self, stale: list[int]) -> None:
+        """After a crashed writer: drop what no commit covers; report what was found."""
+        record = self.record
+        removed = remove_leftovers(self.arrays, record, self.tail.ongoing)
         for temporary in self.folder.glob(f".{COMMIT_NAME}.*.tmp"):
             temporary.unlink(missing_ok=True)  # a commit record a killed writer never renamed
-        spill_root = inside(self.folder, "ongoing")
-        for child in sorted(spill_root.iterdir()) if spill_root.is_dir() else []:
-            if child.is_dir() and child.name not in {str(e) for e in record.ongoing}:
-                shutil.rmtree(child)  # a finalized episode's or an uncommitted flush
-        trim(self)
-        self.open_arrays()
+        self.log.forget(stale)
+        self.arrays.trim(record.rows, record.episodes)
+        if self.torn_entries:
+            # index rows a torn fold wrote send their episodes back to the log on disk
+            # too (readers apply that rule anyway; a reader without episodata may not)
+            ids = self.torn_entries
+            rewritten = self.index.make_entries(
+                [-1] * len(ids),
+                self.index.length.view()[ids].tolist(),
+                [False] * len(ids),
+                [False] * len(ids),
+                [True] * len(ids),
+                [self.present_keys(e) for e in ids],
+            )
+            self.arrays.write([], ids, rewritten)
+        if self.log.interrupted or stale or removed:
+            _LOG.info(
+                "%s: recovered after an interrupted writer: %d finalized and %d ongoing "
+                "episodes in the episode log, %d stale log entries and %d temporary files "
+                "removed",
+                self.folder,
+                len(self.tail.episodes),
+                len(self.tail.ongoing),
+                len(stale),
+                removed,
+            )
 
     def present_keys(self, episode: int) -> list[str]:
         """The fields an episode stores."""
@@ -380,7 +410,7 @@ class ZarrStore:
                 f"the Zarr dataset {str(self.folder)!r} was opened read-only; writes go "
                 "through Dataset, which reopens it writable under the writer lock"
             )
-        if write and os.getpid() != self.pid:
+        if write and _THIS_PROCESS[0] != self.pid:
             raise DatasetStateError(
                 f"the Zarr dataset {str(self.folder)!r} was opened in process {self.pid} and "
                 "inherited through fork(); write from the process that opened it"
@@ -399,17 +429,17 @@ class ZarrStore:
         return self.helper[1]
 
     def episode_table(self) -> EpisodeTable:
-        """Views of the index (committed entries plus this writer's unflushed ones)."""
+        """Views of the index: folded, logged and ongoing episodes."""
         return self.index.table()
 
     # -- writes ---------------------------------------------------------------------------
 
     def start_episode(self, rows: Rows) -> int:
-        """Begin an ongoing episode in memory; nothing is written until a commit."""
+        """Begin an ongoing episode in memory; nothing is written until it is logged."""
         self.check(write=True)
         state = Ongoing(rows)
         episode = self.index.add_ongoing(rows.keys(), len(state))
-        self.ongoing[episode] = state
+        self.tail.ongoing[episode] = state
         return episode
 
     def append_rows(self, episode: int, rows: Rows) -> None:
@@ -419,80 +449,164 @@ class ZarrStore:
     def ongoing_state(self, episode: int) -> Ongoing:
         """The writer's state of an ongoing episode."""
         self.check(write=True)
-        state = self.ongoing.get(episode)
+        state = self.tail.ongoing.get(episode)
         if state is None:
             raise DatasetStateError(f"episode {episode} is not ongoing")
         return state
 
     def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
-        """Move an ongoing episode into the data arrays; durable on return."""
+        """Log an ongoing episode as finalized; crash-durable on return."""
         state = self.ongoing_state(episode)
-        rows = {key: grow.view() for key, grow in state.buffers.items()}
-        commit(self, [(episode, rows, terminated, truncated)])
+        self._log_finals([(episode, state.rows(), terminated, truncated)], {episode: state.logged})
 
     def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
-        """Append a finalized episode to the data arrays; durable on return."""
+        """Log a finalized episode; crash-durable on return."""
         self.check(write=True)
         episode = len(self.index)
-        commit(self, [(episode, rows, terminated, truncated)])
+        self._log_finals([(episode, rows, terminated, truncated)], {})
         return episode
 
     def add_episodes(self, episodes: Sequence[EpisodeRows]) -> list[int]:
-        """Append finalized episodes with one commit; all durable (or none) on return."""
+        """Finalized episodes in one commit: all of them (or none) after a crash.
+
+        Batches of at least ``_DIRECT_FOLD_BYTES`` (or ``fold_bytes``) go straight into
+        the arrays with the tail (one fold), smaller ones into the log.
+        """
         self.check(write=True)
         first = len(self.index)
-        ids = list(range(first, first + len(episodes)))
-        commit(
-            self,
-            [(i, e.rows, e.terminated, e.truncated) for i, e in zip(ids, episodes, strict=True)],
-        )
+        finals = [(first + i, e.rows, e.terminated, e.truncated) for i, e in enumerate(episodes)]
         written = sum(block.nbytes for e in episodes for block in e.rows.values())
+        if written >= min(self.options.fold_bytes, _DIRECT_FOLD_BYTES):
+            self._log_placeholders(first + len(finals))
+            self.record = self._fold(finals)
+        else:
+            self._log_finals(finals, {})
         if written * 16 >= self.options.cache_pool_bytes > 0:
             # the written chunks now fill TensorStore's cache, where bulk writes are seldom
             # read back soon: a fresh cache gives that memory back at once (an import's
             # RSS stays bounded by its read budget). Reopening costs a few milliseconds,
             # so smaller calls keep the cache
-            self.context = self.new_context()
-            self.open_arrays()
-        return ids
+            self.arrays.fresh_cache()
+        return [episode for episode, *_ in finals]
+
+    def _log_finals(
+        self,
+        finals: Sequence[tuple[int, Mapping[str, npt.NDArray[Any]], bool, bool]],
+        logged: Mapping[int, int],
+    ) -> None:
+        """Log finalized episodes (their rows from ``logged[id]`` on) in one commit."""
+        if not finals:
+            return
+        start = self.tail.end
+        entries = self._placeholders(max(e for e, *_ in finals))
+        for episode, rows, terminated, truncated in finals:
+            count = len(next(iter(rows.values())))
+            entries.append(
+                self._entry(episode, rows, logged.get(episode, 0), start, terminated, truncated)
+            )
+            start += count
+        self.log.append(entries)  # the commit: memory follows only once it is done
+        for entry in entries:
+            state = self.tail.ongoing.get(entry.id)
+            if entry.ongoing and state is not None:
+                state.logged = entry.rows
+        for episode, rows, terminated, truncated in finals:
+            if self.tail.ongoing.pop(episode, None) is None:
+                self.index.add_ongoing(rows.keys(), 1)  # a new id, finalized below
+            row_start = self.tail.add(episode, rows, terminated=terminated, truncated=truncated)
+            count = len(next(iter(rows.values())))
+            self.index.set_finalized(
+                episode, row_start, count - 1, terminated=terminated, truncated=truncated
+            )
+        if self.tail.nbytes >= self.options.fold_bytes:
+            self.record = self._fold()
+
+    def _entry(
+        self,
+        episode: int,
+        rows: Mapping[str, npt.NDArray[Any]],
+        first: int,
+        row_start: int,
+        terminated: bool,
+        truncated: bool,
+        *,
+        ongoing: bool = False,
+    ) -> LogEntry:
+        """The log entry of an episode with its rows from ``first`` on as new blocks."""
+        count = len(next(iter(rows.values())))
+        blocks = []
+        for key, values in rows.items() if count > first else ():
+            stored = self.layouts[key].encode(values[first:])
+            blocks.append(Block(key, first, count - first, stored.data.cast("B")))
+        return LogEntry(
+            episode,
+            -1 if ongoing else row_start,
+            count,
+            terminated,
+            truncated,
+            ongoing,
+            tuple(rows),
+            blocks,
+        )
+
+    def _placeholders(self, below: int) -> list[LogEntry]:
+        """Entries of ongoing episodes below ``below`` that the log does not hold yet.
+
+        Logged with the finalized episodes above them (at least their reset row), so that
+        episode ids stay contiguous after a crash.
+        """
+        return [
+            self._entry(e, state.rows(), 0, -1, False, False, ongoing=True)
+            for e, state in sorted(self.tail.ongoing.items())
+            if e < below and not state.logged
+        ]
+
+    def _log_placeholders(self, below: int) -> None:
+        entries = self._placeholders(below)
+        if entries:
+            self.log.append(entries)
+            for entry in entries:
+                self.tail.ongoing[entry.id].logged = entry.rows
+
+    def _fold(self, extra: Sequence[Any] = ()) -> CommitRecord:
+        return fold(self.arrays, self.index, self.tail, self.log, self.guard, self.record, extra)
 
     def flush(self) -> None:
-        """Spill every ongoing episode's unflushed rows and commit them."""
-        if self.writable:
-            self.check()
-            commit(self, [], flush=True)
+        """A sync point: log ongoing episodes' new rows, fold the tail, sync the log."""
+        if not self.writable:
+            return
+        self.check()
+        entries = [
+            self._entry(e, state.rows(), state.logged, -1, False, False, ongoing=True)
+            for e, state in sorted(self.tail.ongoing.items())
+            if len(state) > state.logged
+        ]
+        if entries:
+            self.log.append(entries)
+            for entry in entries:
+                self.tail.ongoing[entry.id].logged = entry.rows
+        self.record = self._fold()
+        self.log.sync()
 
     # -- reads ----------------------------------------------------------------------------
 
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
         """Rows ``[start, stop)`` of one episode."""
         self.check()
-        return self._following_finalizes(lambda: read_rows(self, episode, start, stop, fields))
+        return read_rows(self, episode, start, stop, fields)
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """A batch of windows, coalesced per chunk."""
         self.check()
-        return self._following_finalizes(lambda: gather_rows(self, request))
-
-    def _following_finalizes(self, read: Callable[[], Rows]) -> Rows:
-        """``read()``, refreshed and retried while spills go because the writer finalized.
-
-        The writer removes an episode's spill at the commit that finalizes it; its rows
-        are then in the data arrays, with the same prefix. A reader may lose that race
-        again after a refresh (another finalize in between), so it retries as long as
-        each refresh finds a newer commit; a spill gone without one is damage and raises.
-        """
-        while True:
-            try:
-                return read()
-            except SpillGoneError:
-                seen = self.record.generation
-                self.refresh()
-                if self.record.generation == seen:
-                    raise
+        return gather_rows(self, request)
 
     def refresh(self) -> None:
-        """Adopt the newest commit: reopen arrays, read new and changed index entries."""
+        """Adopt the newest commit and log: new and changed episodes become visible.
+
+        The commit record is read before and after the log's snapshot: equal, the
+        snapshot was taken after that fold and before any next one, so together they
+        name every episode exactly once; a fold in between means another round.
+        """
         self.check()
         if os.getpid() != self.pid:
             raise DatasetStateError(
@@ -502,12 +616,42 @@ class ZarrStore:
         if self.writable:
             return  # the one writer's memory is always the newest state
         record = read_commit(self.folder)
-        old = self.record
-        if record.generation == old.generation:
+        if record.generation != self.record.generation:
+            self.adopt_record(record)
+        elif not self.log.changed():
             return
-        self.open_arrays()
-        # entries from the first one that may have changed: new ids, or once-ongoing ones
-        self.load_index(record, min([old.episodes, *old.ongoing]))
+        self.adopt_snapshot()
+
+    def adopt_record(self, record: CommitRecord) -> None:
+        """A reader moves to a newer commit record: arrays, index, what left the tail."""
+        old = self.record
+        self.arrays.open()
+        # entries from the first that may have changed: new ids, or unfolded ones
+        unfolded = np.flatnonzero(self.index.ongoing.view()[: old.episodes]).tolist()
+        self.load_index(record, min([old.episodes, *unfolded]))
+        self.tail.rebase(record.rows)
+        for episode in [e for e in self.tail.ongoing if e < record.episodes]:
+            if not self.index.ongoing.data[episode]:
+                del self.tail.ongoing[episode]  # finalized and folded since
+
+    def adopt_snapshot(self) -> list[int]:
+        """:meth:`adopt_log`; a reader retries until no fold happened around it.
+
+        The commit record is read before and after the log's snapshot: equal, the
+        snapshot was taken after that fold and before any next one, so together they
+        name every episode exactly once; a fold in between (which may have taken
+        episodes out of the log) means another round with the newer record.
+        """
+        while True:
+            try:
+                stale = self.adopt_log()
+            except EpisodataError:
+                if self.writable or read_commit(self.folder).generation == self.record.generation:
+                    raise
+            else:
+                if self.writable or read_commit(self.folder).generation == self.record.generation:
+                    return stale
+            self.adopt_record(read_commit(self.folder))
 
     def verify(self) -> list[str]:
         """Every damaged file, chunk or episode; see :mod:`episodata_zarr._verify`."""
@@ -521,7 +665,7 @@ class ZarrStore:
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush a writer, trim its arrays, release every handle."""
+        """Flush and fold a writer, trim its arrays, release every handle."""
         if self.closed:
             return
         if self.helper is not None and self.helper[0] == os.getpid():
@@ -529,9 +673,9 @@ class ZarrStore:
         self.helper = None
         if self.writable and os.getpid() == self.pid:
             self.flush()
-            trim(self)
+            self.arrays.trim(self.record.rows, self.record.episodes)
+        if os.getpid() == self.pid:
+            self.log.close()
         self.closed = True
-        self.data.clear()
-        self.spills.clear()
-        self.ongoing.clear()
-        self.index_store = None
+        self.arrays.close()
+        self.tail = Tail(self.layouts, self.record.rows)

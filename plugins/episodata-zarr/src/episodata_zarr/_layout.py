@@ -4,14 +4,15 @@ Pure data: paths, dtypes, chunk shapes and codec lists, no I/O. The folder holds
 
     zarr.json                  root group; attributes.episodata has the schema
     commit.json                the commit record (see _commit.py)
-    data/<role>/<key>          one array per field: [rows, *shape], all finalized
+    log.sqlite                 the episode log: episodes not yet folded (see _log.py)
+    data/<role>/<key>          one array per field: [rows, *shape], all folded
                                episodes' rows back to back; chunks [C, *shape]
     index/episodes             int64 [episodes, columns]; one row per episode id
-    ongoing/<id>/<role>/<key>  rows of an ongoing episode as of its last flush
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from dataclasses import dataclass
@@ -41,11 +42,11 @@ __all__ = [
     "field_layouts",
     "group_paths",
     "metadata_digest",
-    "spill_group",
 ]
 
 FORMAT = "episodata-zarr"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: episodes not yet folded live in ``log.sqlite``; 1: in ``ongoing/`` spill arrays."""
 COMMIT_NAME = "commit.json"
 INDEX_PATH = "index/episodes"
 INDEX_CHUNK_EPISODES = 1024
@@ -91,11 +92,6 @@ def _array_path(prefix: str, qualified_key: str) -> str:
     return "/".join([prefix, *(_path_part(part) for part in qualified_key.split("/"))])
 
 
-def spill_group(episode: int) -> str:
-    """The folder of an ongoing episode's flushed rows."""
-    return f"ongoing/{episode}"
-
-
 @dataclass(frozen=True)
 class FieldLayout:
     """How one field is stored: its array path, storage dtype and chunking."""
@@ -121,10 +117,6 @@ class FieldLayout:
     def row_bytes(self) -> int:
         """Bytes of one row."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def spill_path(self, episode: int) -> str:
-        """The array of this field in an ongoing episode's spill folder."""
-        return _array_path(spill_group(episode), self.key)
 
     def encode(self, rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Rows ``[n, *shape]`` in the storage dtype (a view where possible)."""
@@ -172,7 +164,7 @@ class IndexLayout:
     optional: tuple[str, ...]
     fields: tuple[str, ...]
 
-    @property
+    @functools.cached_property
     def columns(self) -> tuple[str, ...]:
         """Column names, in order."""
         return (

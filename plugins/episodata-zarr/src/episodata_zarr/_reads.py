@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import DatasetStateError, EpisodataError
+from episodata_core.errors import EpisodataError
 from episodata_core.protocols import GatherRequest
 from episodata_zarr._gather import ReadPlan, plan_reads
 
@@ -23,11 +23,7 @@ if TYPE_CHECKING:
     from episodata_zarr._forked import ForkedReader
     from episodata_zarr._impl import ZarrStore
 
-__all__ = ["SpillGoneError", "gather_rows", "read_rows", "result"]
-
-
-class SpillGoneError(DatasetStateError):
-    """An ongoing episode's flushed rows were removed: the writer finalized it since."""
+__all__ = ["gather_rows", "read_rows", "result"]
 
 
 def result(future: Any, what: str) -> Any:
@@ -38,56 +34,36 @@ def result(future: Any, what: str) -> Any:
         raise EpisodataError(f"{what}: {err}") from err
 
 
-def _spill_rows(store: ZarrStore, episode: int, key: str, start: int, stop: int) -> Any:
-    """A future of rows of a flushed ongoing episode (a reader's view of it)."""
-    try:
-        handle = store.spill_store(episode, key)
-    except EpisodataError as err:
-        if "NOT_FOUND" in str(err):
-            raise SpillGoneError(str(err)) from err
-        raise
-    return handle[start:stop].read()
-
-
-def _wait_spill(future: Any, what: str) -> Any:
-    try:
-        return result(future, what)
-    except EpisodataError as err:
-        if "NOT_FOUND" in str(err):
-            raise SpillGoneError(str(err)) from err
-        raise
+def _in_memory(store: ZarrStore, base: int) -> bool:
+    """Whether an episode starting at row ``base`` (-1: ongoing) is read from the tail."""
+    return base < 0 or store.tail.holds(base)
 
 
 def read_rows(store: ZarrStore, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
-    """Rows ``[start, stop)`` of one episode, one read per field."""
+    """Rows ``[start, stop)`` of one episode: from the tail, or one read per field."""
     base = int(store.index.row_start.data[episode])
-    helper = store.forked()
-    if helper is not None and not (base < 0 and store.writable):
-        return helper.read_rows(episode, start, stop, fields)
-    if base < 0 and store.writable:
-        buffers = store.ongoing[episode].buffers
+    if base < 0:
+        buffers = store.tail.ongoing[episode].buffers
         out = {}
         for key in fields:
             view = buffers[key].view()[start:stop]
             view.flags.writeable = False
             out[key] = view
         return out
-    if base < 0:
-        futures = {key: _spill_rows(store, episode, key, start, stop) for key in fields}
-        return {
-            key: store.layouts[key].decode(
-                _wait_spill(f, f"ongoing episode {episode}, field {key!r}")
-            )
-            for key, f in futures.items()
-        }
+    if store.tail.holds(base):
+        return {key: store.tail.window(key, base + start, base + stop) for key in fields}
+    helper = store.forked()
+    if helper is not None:
+        return helper.read_rows(episode, start, stop, fields)
+    arrays = store.arrays
     for key in fields:
-        store.checked.check_ranges(
+        arrays.checked.check_ranges(
             store.layouts[key].path,
-            store.data[key],
+            arrays.data[key],
             np.array([base + start]),
             np.array([base + stop]),
         )
-    futures = {key: store.data[key][base + start : base + stop].read() for key in fields}
+    futures = {key: arrays.data[key][base + start : base + stop].read() for key in fields}
     return {
         key: store.layouts[key].decode(result(f, f"episode {episode}, field {key!r}"))
         for key, f in futures.items()
@@ -111,21 +87,26 @@ def gather_rows(store: ZarrStore, request: GatherRequest) -> Rows:
     helper = store.forked()
     if helper is not None:
         return _gather_forked(store, helper, request, base, out)
-    finalized = np.flatnonzero(real & (base >= 0))
-    starts = base[finalized] + request.starts[finalized]
-    counts = request.counts[finalized]
-    offsets = request.offsets[finalized]
+    folded = np.flatnonzero(real & (base >= 0) & (base < store.tail.base))
+    starts = base[folded] + request.starts[folded]
+    counts = request.counts[folded]
+    offsets = request.offsets[folded]
     # issue every field's reads before waiting on any: TensorStore decodes meanwhile
     pending = [_issue(store, key, starts, counts) for key in request.fields]
-    _gather_ongoing(store, request, np.flatnonzero(real & (base < 0)), out)
+    _gather_memory(store, request, base, np.flatnonzero(real & _tail_mask(store, base)), out)
     for key, plan, futures in pending:
         decode = store.layouts[key].decode
         parts = [decode(result(f, f"batch read of field {key!r}")) for f in futures]
         if plan is None:
-            _scatter_rows(out[key], parts[0], finalized, starts, counts, offsets)
+            _scatter_rows(out[key], parts[0], folded, starts, counts, offsets)
         else:
-            _copy_windows(out[key], parts, plan, finalized, starts, counts, offsets)
+            _copy_windows(out[key], parts, plan, folded, starts, counts, offsets)
     return out
+
+
+def _tail_mask(store: ZarrStore, base: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Which episodes (by first row, -1 ongoing) the tail holds."""
+    return (base < 0) | (base >= store.tail.base)
 
 
 # Measured costs (ns): a read per merged range costs ~35 us of TensorStore overhead; one
@@ -139,16 +120,17 @@ def _issue(
     store: ZarrStore, key: str, starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
 ) -> tuple[str, ReadPlan | None, list[Any]]:
     """Start the reads of one field: merged ranges, or one read of the needed rows."""
-    handle = store.data[key]
-    plan = plan_reads(starts, counts, store.chunks[key])
+    arrays = store.arrays
+    handle = arrays.data[key]
+    plan = plan_reads(starts, counts, arrays.chunks[key])
     width = int(np.prod(handle.shape[1:], dtype=np.int64))
     by_index = _INDEX_NS + int(counts.sum()) * (_ROW_NS + _ELEMENT_NS * width)
     if len(plan) > 1 and by_index < _RANGE_NS * len(plan):
         rows = np.unique(_window_rows(starts, counts)[0])
-        store.checked.check_rows(store.layouts[key].path, handle, rows)
+        arrays.checked.check_rows(store.layouts[key].path, handle, rows)
         # one read op: TensorStore still reads and decodes each chunk once
         return key, None, [handle.oindex[rows].read()]
-    store.checked.check_ranges(store.layouts[key].path, handle, plan.lo, plan.hi)
+    arrays.checked.check_ranges(store.layouts[key].path, handle, plan.lo, plan.hi)
     bounds = zip(plan.lo.tolist(), plan.hi.tolist(), strict=True)
     return key, plan, [handle[lo:hi].read() for lo, hi in bounds]
 
@@ -205,10 +187,10 @@ def _gather_forked(
     base: npt.NDArray[np.int64],
     out: dict[str, npt.NDArray[Any]],
 ) -> Rows:
-    """A forked child's batch: the helper reads stored rows; inherited memory the rest."""
-    local = (base < 0) & (request.counts > 0) & store.writable
+    """A forked child's batch: the helper reads the arrays; inherited memory the tail."""
+    local = _tail_mask(store, base) & (request.counts > 0)
     if not local.any():
-        # the usual case, a reader: the helper's answer is the whole batch, no copy
+        # the usual case, folded episodes only: the helper's answer is the batch, no copy
         return helper.gather_rows(request)
     remote = np.flatnonzero(~local)
     if len(remote):
@@ -223,36 +205,38 @@ def _gather_forked(
         rows = helper.gather_rows(part)
         for key, target in out.items():
             target[remote] = rows[key]
-    # a writer's unflushed ongoing rows exist only in memory, which the fork inherited
-    _gather_ongoing(store, request, np.flatnonzero(local), out)
+    # the tail lives in memory, which the fork inherited
+    _gather_memory(store, request, base, np.flatnonzero(local), out)
     return out
 
 
-def _gather_ongoing(
+def _gather_memory(
     store: ZarrStore,
     request: GatherRequest,
+    base: npt.NDArray[np.int64],
     selected: npt.NDArray[np.intp],
     out: dict[str, npt.NDArray[Any]],
 ) -> None:
-    """Windows of ongoing episodes: from the writer's memory or a reader's spill arrays."""
+    """Windows of the tail: logged episodes with one fancy index, ongoing ones one by one."""
     if not len(selected):
         return
-    reads = []
-    for b in selected.tolist():
+    logged = selected[base[selected] >= 0]
+    if len(logged):
+        starts = base[logged] + request.starts[logged]
+        counts = request.counts[logged]
+        rows, window, within = _window_rows(starts, counts)
+        for key in request.fields:
+            out[key][logged[window], request.offsets[logged][window] + within] = store.tail.take(
+                key, rows
+            )
+    for b in selected[base[selected] < 0].tolist():
         episode = int(request.episodes[b])
         start, count = int(request.starts[b]), int(request.counts[b])
         offset = int(request.offsets[b])
-        present = store.present_keys(episode)
+        buffers = store.tail.ongoing[episode].buffers
         for key in request.fields:
             target = out[key]
-            if key not in present:
+            if key not in buffers:
                 target[b] = 0
-            elif store.writable:
-                view = store.ongoing[episode].buffers[key].view()
-                target[b, offset : offset + count] = view[start : start + count]
             else:
-                future = _spill_rows(store, episode, key, start, start + count)
-                reads.append((target, b, offset, count, key, episode, future))
-    for target, b, offset, count, key, episode, future in reads:
-        rows = _wait_spill(future, f"ongoing episode {episode}, field {key!r}")
-        target[b, offset : offset + count] = store.layouts[key].decode(rows)
+                target[b, offset : offset + count] = buffers[key].view()[start : start + count]

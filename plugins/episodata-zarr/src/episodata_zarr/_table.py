@@ -52,6 +52,15 @@ class Growable:
         """Forget rows from ``size`` on."""
         self.size = min(self.size, size)
 
+    def append(self, row: Any) -> None:
+        """Append one row (a scalar, or a sequence of the row shape)."""
+        if self.size == len(self.data):
+            grown = np.empty((2 * len(self.data), *self.data.shape[1:]), self.data.dtype)
+            grown[: self.size] = self.data
+            self.data = grown
+        self.data[self.size] = row
+        self.size += 1
+
 
 def _multipliers(width: int) -> npt.NDArray[np.uint64]:
     # odd multipliers are invertible modulo 2**64, so changing any one column by any
@@ -96,10 +105,25 @@ class EpisodeIndex:
         )
 
     def add_ongoing(self, present: Collection[str], rows: int) -> int:
-        """Index a new ongoing episode; returns its id."""
+        """Index a new ongoing episode; returns its id (one append per column: hot path)."""
         episode = len(self)
-        self._append(self.make_entries([-1], [rows - 1], [False], [False], [True], [present]))
+        self.row_start.append(-1)
+        self.length.append(rows - 1)
+        self.terminated.append(False)
+        self.truncated.append(False)
+        self.ongoing.append(True)
+        self.present.append([key in present for key in self.layout.optional])
         return episode
+
+    def set_finalized(
+        self, episode: int, row_start: int, length: int, *, terminated: bool, truncated: bool
+    ) -> None:
+        """Mark an episode (already indexed) finalized at ``row_start`` (hot path)."""
+        self.row_start.data[episode] = row_start
+        self.length.data[episode] = length
+        self.terminated.data[episode] = terminated
+        self.truncated.data[episode] = truncated
+        self.ongoing.data[episode] = False
 
     def make_entries(
         self,
@@ -120,10 +144,10 @@ class EpisodeIndex:
         entries[:, 2] = terminated
         entries[:, 3] = truncated
         entries[:, 4] = ongoing
-        for i in range(count):
-            entries[i, 5 : 5 + len(optional)] = [key in present[i] for key in optional]
-            if crc32 is not None:
-                entries[i, 5 + len(optional) : -1] = [crc32[i].get(key, 0) for key in fields]
+        if optional:
+            entries[:, 5 : 5 + len(optional)] = [[key in p for key in optional] for p in present]
+        if crc32 is not None and count:
+            entries[:, 5 + len(optional) : -1] = [[c.get(key, 0) for key in fields] for c in crc32]
         entries[:, -1] = entry_hash(entries[:, :-1])
         return entries
 

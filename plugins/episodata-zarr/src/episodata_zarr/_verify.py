@@ -6,7 +6,8 @@
 - the index: every entry against its ``entry_hash``;
 - data: every chunk is decoded (its CRC-32C codec catches damaged bytes), then the rows
   of each finalized episode are checked against the CRC-32 recorded when it was written;
-- ongoing episodes: their flushed rows against the CRC-32s in the commit record;
+- the episode log: it opens, every block matches its CRC-32, every episode it holds
+  is whole, and every index entry that sends readers to the log finds its episode;
 - symbolic links: every link anywhere in the folder that leads out of it;
 - the manifest: its schema against the stored one and the arrays' metadata.
 
@@ -18,7 +19,6 @@ Problems are collected, never raised, so one report lists all of them.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,7 @@ import numpy as np
 from episodata_core.errors import EpisodataError
 from episodata_zarr._confine import outside_links
 from episodata_zarr._disk import chunk_file, open_uncached
-from episodata_zarr._layout import GROUP_DOCUMENT, INDEX_PATH, crc32, metadata_digest, spill_group
+from episodata_zarr._layout import GROUP_DOCUMENT, INDEX_PATH, crc32, metadata_digest
 from episodata_zarr._manifest import manifest_problems
 from episodata_zarr._reads import result
 from episodata_zarr._table import entry_hash
@@ -45,13 +45,13 @@ __all__ = ["verify"]
 def verify(store: ZarrStore) -> list[str]:
     """Describe every damaged file, chunk or episode of ``store``'s folder."""
     problems = outside_links(store.folder) + _check_metadata(store)
-    disk = open_uncached(store, _expected_arrays(store))
+    disk = open_uncached(store.arrays, _expected_arrays(store))
     problems += [str(err) for err in disk.values() if isinstance(err, EpisodataError)]
     entries, found = _check_index(store, disk[INDEX_PATH])
     problems += found
     for key, layout in store.layouts.items():
         problems += _check_field(store, key, layout, entries, disk[layout.path])
-    problems += _check_ongoing(store, disk)
+    problems += _check_log(store)
     problems += manifest_problems(store.folder, store.schema)
     return problems
 
@@ -60,11 +60,8 @@ def _expected_arrays(store: ZarrStore) -> dict[str, tuple[str, int]]:
     """Array path -> (path whose metadata checksum applies, rows it must hold at least)."""
     record = store.record
     arrays = {INDEX_PATH: (INDEX_PATH, record.episodes)}
-    for key, layout in store.layouts.items():
+    for layout in store.layouts.values():
         arrays[layout.path] = (layout.path, record.rows)
-        for episode, ongoing in record.ongoing.items():
-            if key in store.present_keys(episode):
-                arrays[layout.spill_path(episode)] = (layout.path, ongoing.rows)
     return arrays
 
 
@@ -81,12 +78,8 @@ def _check_metadata(store: ZarrStore) -> list[str]:
     arrays = _expected_arrays(store)
     groups = {str(Path(p).parent) for p in arrays if "/" in p}
     groups |= {str(Path(*Path(g).parts[:d])) for g in groups for d in range(1, len(Path(g).parts))}
-    groups |= {"data", "index", "ongoing"}
-    live = {spill_group(e) for e in record.ongoing}
+    groups |= {"data", "index"}
     for path in sorted(set(arrays) | groups):
-        parts = path.split("/")
-        if parts[0] == "ongoing" and len(parts) > 1 and "/".join(parts[:2]) not in live:
-            continue
         file = folder / path / "zarr.json"
         try:
             document = json.loads(file.read_bytes())
@@ -136,18 +129,31 @@ def _check_field(
     problems: list[str] = []
     if isinstance(handle, EpisodataError):
         return problems  # reported already
-    table = store.index.table()
-    stored = np.flatnonzero(~table.ongoing[: store.record.episodes])
-    if key in table.present:
-        stored = stored[table.present[key][stored]]
-    column = 5 + len(store.index_layout.optional) + store.index_layout.fields.index(key)
-    starts = store.index.row_start.view()[stored]
-    ends = starts + table.length[stored] + 1
+    # the folded episodes, as the index on disk says (a writer's memory also holds
+    # episodes that are only in the log); the memory's index if the disk's is unreadable
+    optional = store.index_layout.optional
+    if entries is not None:
+        # an entry reaching past the committed rows is a torn fold's: in the log still
+        ends = entries[:, 0] + entries[:, 1] + 1
+        folded = (entries[:, 4] == 0) & (ends <= store.record.rows)
+        if key in optional:
+            folded &= entries[:, 5 + optional.index(key)] != 0
+        stored = np.flatnonzero(folded)
+        starts, ends = entries[stored, 0], entries[stored, 0] + entries[stored, 1] + 1
+    else:
+        table = store.index.table()
+        stored = np.flatnonzero(~table.ongoing[: store.record.episodes])
+        stored = stored[store.index.row_start.view()[stored] < store.record.rows]
+        if key in table.present:
+            stored = stored[table.present[key][stored]]
+        starts = store.index.row_start.view()[stored]
+        ends = starts + table.length[stored] + 1
+    column = 5 + len(optional) + store.index_layout.fields.index(key)
     order = np.argsort(starts)
     stored, starts, ends = stored[order], starts[order], ends[order]
     crc = np.zeros(len(stored), dtype=np.int64)
     unreadable = np.zeros(len(stored), dtype=bool)
-    chunk = store.chunk_rows(handle)
+    chunk = store.arrays.chunk_rows(handle)
     total = store.record.rows
     for lo in range(0, total, chunk):
         hi = min(lo + chunk, total)
@@ -156,7 +162,7 @@ def _check_field(
         try:
             rows = np.ascontiguousarray(result(handle[lo:hi].read(), "read"))
         except EpisodataError as err:
-            file = chunk_file(store, layout.path, handle, lo)
+            file = chunk_file(store.folder, layout.path, handle, lo)
             what = "is missing" if "NOT_FOUND" in str(err) else "cannot be decoded"
             problems.append(f"field {key!r}: chunk {file} (rows {lo}-{hi}) {what}: {err}")
             unreadable[first:last] = True
@@ -175,22 +181,27 @@ def _check_field(
     return problems
 
 
-def _check_ongoing(store: ZarrStore, disk: dict[str, Any]) -> list[str]:
-    problems: list[str] = []
-    for episode, ongoing in sorted(store.record.ongoing.items()):
-        for key in store.present_keys(episode):
-            handle = disk[store.layouts[key].spill_path(episode)]
-            if isinstance(handle, EpisodataError):
-                continue  # reported already
-            path = os.fspath(store.folder / store.layouts[key].spill_path(episode))
-            try:
-                rows = result(handle[: ongoing.rows].read(), path)
-            except EpisodataError as err:
-                problems.append(f"ongoing episode {episode}, field {key!r}: {err}")
-                continue
-            if crc32(rows) != ongoing.crc32.get(key):
+def _check_log(store: ZarrStore) -> list[str]:
+    """The episode log, read again through a connection of its own: blocks and episodes."""
+    from episodata_zarr._log import EpisodeLog
+
+    log = EpisodeLog(store.folder, writable=False)
+    try:
+        entries = log.read()  # checks every block against its CRC-32
+    except EpisodataError as err:
+        return [str(err)]
+    problems = []
+    for entry in entries:
+        for key in entry.fields:
+            covered = sorted((b.first, b.first + b.count) for b in entry.blocks if b.field == key)
+            end = 0
+            for first, stop in covered:
+                if first > end:
+                    break
+                end = max(end, stop)
+            if end != entry.rows:
                 problems.append(
-                    f"ongoing episode {episode}, field {key!r}: {path} differs from the checksum "
-                    "of its last flush"
+                    f"{log.path}: episode {entry.id}, field {key!r}: holds rows 0-{end} of "
+                    f"the {entry.rows} it lists"
                 )
     return problems

@@ -1,13 +1,14 @@
-"""Spills of flushed ongoing episodes go at the commit that finalizes them; nothing piles up.
+"""Flushed ongoing episodes leave nothing behind once final; nothing piles up.
 
 A collector that flushes during long episodes, as the docs recommend, flushes thousands
-of episodes: each one's spill folder and TensorStore handles must go once it is final,
-and the writer's memory must not grow with the number of flushes.
+of episodes: the episode log must hold only what is not folded yet (each flush folds the
+finalized episodes), and the writer's memory must not grow with the number of flushes.
 """
 
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,12 @@ if TYPE_CHECKING:
     from episodata_zarr import ZarrBackend
 
 
-def _spill_folders(folder: Path) -> list[str]:
-    return sorted(p.name for p in (folder / "ongoing").iterdir() if p.is_dir())
-
-
-def _spill_handles(backend: ZarrBackend) -> set[int]:
-    return {episode for episode, _ in backend._store.spills}  # type: ignore[union-attr]
+def _logged(folder: Path) -> list[int]:
+    """The episode ids in the log, read with SQLite itself; [] when there is no log."""
+    if not (folder / "log.sqlite").exists():
+        return []
+    with sqlite3.connect(f"file:{folder / 'log.sqlite'}?mode=ro", uri=True) as log:
+        return [row[0] for row in log.execute("SELECT id FROM episodes ORDER BY id")]
 
 
 def _read_all(backend: ZarrBackend, episode: int) -> dict[str, Any]:
@@ -40,11 +41,11 @@ def _read_all(backend: ZarrBackend, episode: int) -> dict[str, Any]:
     return dict(backend.read_rows(episode, 0, int(table.length[episode]) + 1, keys))
 
 
-def test_finalized_spills_go_at_their_commit(tmp_path: Path) -> None:
-    """After each flushed-then-finalized episode, its spill folder and handles are gone.
+def test_the_log_holds_only_what_is_not_folded(tmp_path: Path) -> None:
+    """After each flush, the log holds the ongoing episodes alone; after close, nothing.
 
     Episodes are flushed one to three times while ongoing; every other one is finalized
-    while a second, flushed episode is still ongoing, whose spill must stay.
+    while a second, flushed episode is still ongoing, which must stay in the log.
     """
     schema = example_schema()
     folder = tmp_path / "ds"
@@ -64,51 +65,28 @@ def test_finalized_spills_go_at_their_commit(tmp_path: Path) -> None:
             continue
         backend.finalize_episode(episode, terminated=True, truncated=False)
         expected[episode] = rows
-        live = {waiting} if waiting is not None else set()
-        assert _spill_folders(folder) == sorted(str(e) for e in live)
-        assert _spill_handles(backend) <= live
+        backend.flush()  # folds every finalized episode
+        live = [waiting] if waiting is not None else []
+        assert _logged(folder) == live
         if waiting is not None and n % 4 == 3:
             backend.finalize_episode(waiting, terminated=False, truncated=True)
             expected[waiting], waiting = waiting_rows, None
-            assert _spill_folders(folder) == []
-            assert _spill_handles(backend) == set()
+            backend.flush()
+            assert _logged(folder) == []
     if waiting is not None:
         backend.finalize_episode(waiting, terminated=False, truncated=True)
         expected[waiting] = waiting_rows
-    assert _spill_folders(folder) == []
-    assert _spill_handles(backend) == set()
     assert backend.verify() == []
     for episode, rows in expected.items():
         assert_rows_equal(_read_all(backend, episode), rows)
     backend.close()
+    assert not (folder / "log.sqlite").exists()
+    assert not (folder / "ongoing").exists()
     reopened = open_backend(folder)
     assert not reopened.episode_table().ongoing.any()
     for episode, rows in expected.items():
         assert_rows_equal(_read_all(reopened, episode), rows)
     reopened.close()
-
-
-def test_reader_holding_a_spill_handle_follows_the_finalize(tmp_path: Path) -> None:
-    """A reader that read a spill before the writer removed it reads on, and after refresh."""
-    schema = example_schema()
-    writer = make_backend(tmp_path / "ds")
-    rows = rows_of(schema, 1)
-    episode = writer.start_episode({k: v[:3] for k, v in rows.items()})
-    writer.flush()
-    reader = open_backend(tmp_path / "ds")
-    first = reader.read_rows(0, 0, 3, ["observation/state"])  # opens the spill handle
-    assert_rows_equal(dict(first), {"observation/state": rows["observation/state"][:3]})
-    writer.append_rows(episode, {k: v[3:] for k, v in rows.items()})
-    writer.finalize_episode(episode, terminated=True, truncated=False)
-    assert _spill_folders(tmp_path / "ds") == []  # gone before close
-    # its snapshot still has the episode ongoing: the rows are the same either way
-    again = reader.read_rows(0, 0, 3, ["observation/state"])
-    assert_rows_equal(dict(again), {"observation/state": rows["observation/state"][:3]})
-    reader.refresh()
-    assert reader.episode_table().ongoing.tolist() == [False]
-    assert_rows_equal(_read_all(reader, 0), rows)
-    reader.close()
-    writer.close()
 
 
 # Records episodes of 22 steps, each flushed twice while ongoing, then finalized; prints
@@ -148,7 +126,8 @@ def test_writer_memory_stays_flat_over_many_flushed_episodes(tmp_path: Path) -> 
     """1,000 flush-while-ongoing episodes after warm-up: the writer's RSS grows at most 10 %.
 
     Measured in a real subprocess (its own /proc/self/status), so the test runner's
-    memory plays no part. Before the fix, each such episode kept about 1.8 MB.
+    memory plays no part. With the spill arrays of layout 1, each such episode kept about
+    1.8 MB until they were dropped at their finalize.
     """
     folder = tmp_path / "ds"
     done = subprocess.run(
@@ -170,7 +149,7 @@ def test_writer_memory_stays_flat_over_many_flushed_episodes(tmp_path: Path) -> 
     figures = f"RSS MB after N episodes: {rss}; after close {closed}"
     assert max(mb for n, mb in rss.items() if n > 500) <= 1.10 * warm, figures
     assert closed <= 1.10 * warm, figures
-    assert _spill_folders(folder) == []
+    assert _logged(folder) == []
     reader = open_backend(folder)
     assert len(reader.episode_table()) == 1500
     for episode in (0, 749, 1499):

@@ -1,0 +1,279 @@
+"""The Zarr arrays of a dataset folder and every TensorStore handle on them.
+
+:class:`Arrays` owns the TensorStore context, one handle per data array and the index
+array, and the operations a fold needs: grow (metadata only), write many episodes'
+rows in one transaction, write index entries, trim to the committed shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorstore as ts
+
+from episodata_core.errors import EpisodataError
+from episodata_core.location import inside
+from episodata_zarr._confine import CheckedChunks, check_array
+from episodata_zarr._disk import chunk_file
+from episodata_zarr._layout import INDEX_PATH, IndexLayout
+from episodata_zarr._reads import result
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    import numpy.typing as npt
+
+    from episodata_zarr._layout import FieldLayout
+    from episodata_zarr._options import ZarrOptions
+
+__all__ = ["Arrays", "Block"]
+
+Block = tuple[int, int, "Mapping[str, npt.NDArray[Any]]"]
+"""Consecutive rows to write: ``(first row, count, stored rows per field)``."""
+
+_RUN_BYTES = 8 << 20  # rows of adjacent blocks joined into one write
+
+
+class Arrays:
+    """TensorStore handles of ``data/<role>/<key>`` and ``index/episodes``."""
+
+    def __init__(
+        self,
+        folder: Path,
+        layouts: Mapping[str, FieldLayout],
+        index_layout: IndexLayout,
+        options: ZarrOptions,
+    ) -> None:
+        self.folder = folder
+        self.layouts = layouts
+        self.index_layout = index_layout
+        self.options = options
+        self.context = self.new_context()
+        self.data: dict[str, Any] = {}
+        self.chunks: dict[str, int] = {}  # rows per decoded chunk of each data array
+        self.index: Any = None
+        self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
+        self.durable_folders: set[str] = set()  # chunk folders whose entries were synced
+
+    def new_context(self) -> Any:
+        """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
+        return ts.Context(
+            {
+                "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
+                # folds sync their chunks before the commit record that relies on them
+                "file_io_sync": self.options.fsync,
+                # one writer holds our own lock; TensorStore's own locking would write
+                # each key through a reused <key>.__lock that a killed writer leaves
+                # half-written, and the next writer fills without truncating it (see _disk)
+                "file_io_locking": {"mode": "none"},
+            }
+        )
+
+    def spec(self, path: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
+        spec: dict[str, Any] = {
+            "driver": "zarr3",
+            "kvstore": {"driver": "file", "path": f"{check_array(self.folder, path)}/"},
+            # a reopened handle revalidates what was cached before: that is how readers
+            # see chunks a fold rewrote
+            "recheck_cached_data": "open",
+            "recheck_cached_metadata": "open",
+            # a missing chunk is damage, never zeros; so chunks equal to the fill value
+            # must be stored too
+            "fill_missing_data_reads": False,
+            "store_data_equal_to_fill_value": True,
+        }
+        if metadata is not None:
+            spec["metadata"] = metadata
+            spec["create"] = True
+        return spec
+
+    def create(self) -> None:
+        """Create every array, empty."""
+        futures = [
+            ts.open(self.spec(lay.path, lay.metadata(0)), context=self.context)
+            for lay in self.layouts.values()
+        ]
+        futures.append(
+            ts.open(self.spec(INDEX_PATH, self.index_layout.metadata(0)), context=self.context)
+        )
+        for future in futures:
+            result(future, f"cannot create arrays in {str(self.folder)!r}")
+
+    def open(self) -> None:
+        """(Re)open every handle; checks what the arrays hold against the layout."""
+        futures = {
+            key: ts.open(self.spec(layout.path), context=self.context)
+            for key, layout in self.layouts.items()
+        }
+        index = ts.open(self.spec(INDEX_PATH), context=self.context)
+        for key, future in futures.items():
+            layout = self.layouts[key]
+            store = result(future, f"cannot open {layout.path}/zarr.json of field {key!r}")
+            stored = (store.dtype.numpy_dtype, tuple(store.shape[1:]))
+            if stored != (layout.storage_dtype, layout.storage_shape):
+                raise EpisodataError(
+                    f"{layout.path}/zarr.json: field {key!r} is stored as {stored[0]} "
+                    f"{list(stored[1])} per row, but the schema says "
+                    f"{layout.storage_dtype} {list(layout.storage_shape)}; the dataset is damaged"
+                )
+            self.data[key] = store
+            self.chunks[key] = self.chunk_rows(store)
+        self.index = result(index, f"cannot open {INDEX_PATH}/zarr.json")
+        width = len(self.index_layout.columns)
+        if self.index.rank != 2 or self.index.shape[1] != width:
+            raise EpisodataError(
+                f"{INDEX_PATH}/zarr.json: expected {width} columns, found shape "
+                f"{list(self.index.shape)}; the dataset is damaged"
+            )
+
+    def fresh_cache(self) -> None:
+        """Drop every cached chunk (a new context), then reopen."""
+        self.context = self.new_context()
+        self.open()
+
+    @staticmethod
+    def chunk_rows(store: Any) -> int:
+        """Rows per chunk that is read and decoded as a whole (an inner chunk if sharded)."""
+        return int(store.chunk_layout.read_chunk.shape[0])
+
+    def read_document(self, path: str) -> dict[str, Any]:
+        """The parsed ``zarr.json`` of the node at ``path``."""
+        file = inside(self.folder, f"{path}/zarr.json")
+        try:
+            document = json.loads(file.read_bytes())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise EpisodataError(f"{file}: cannot be read as Zarr metadata ({err})") from err
+        if not isinstance(document, dict):
+            raise EpisodataError(f"{file}: Zarr metadata must be a JSON object")
+        return document
+
+    def close(self) -> None:
+        """Release every handle."""
+        self.data.clear()
+        self.index = None
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def grow(self, rows: int, episodes: int) -> None:
+        """Resize the arrays (metadata only) so that ``rows`` data rows and ``episodes`` fit."""
+        pending: list[tuple[str | None, Any]] = []
+        for key, handle in self.data.items():
+            if handle.shape[0] < rows:
+                size = _capacity(handle.shape[0], rows, self.chunk_rows(handle))
+                pending.append((key, _resize(handle, size, grow=True)))
+        if self.index.shape[0] < episodes:
+            size = _capacity(self.index.shape[0], episodes, 1024)
+            pending.append((None, _resize(self.index, size, grow=True)))
+        for target, future in pending:
+            handle = result(future, f"cannot resize arrays in {str(self.folder)!r}")
+            if target is None:
+                self.index = handle
+            else:
+                self.data[target] = handle
+
+    def write(self, blocks: Sequence[Block], ids: Sequence[int], entries: Any) -> None:
+        """Write data blocks and index entries (rows ``ids``) in one transaction; wait.
+
+        Without one transaction, writes in flight together that share a chunk would each
+        rewrite it, so a fold of many short episodes would encode every chunk many times.
+        Adjacent blocks are joined into writes of about ``_RUN_BYTES``: a write costs tens
+        of microseconds however small, and short episodes are many.
+        """
+        transaction = ts.Transaction()
+        where = f"cannot write to {str(self.folder)!r}"
+        for key, layout in self.layouts.items():
+            handle = self.data[key].with_transaction(transaction)
+            run: list[npt.NDArray[Any]] = []
+            first = rows = size = 0
+            for number, (start, count, stored) in enumerate(blocks):
+                if not run:
+                    first = start
+                run.append(_rows_of(layout, key, count, stored))
+                rows, size = rows + count, size + run[-1].nbytes
+                if size >= _RUN_BYTES or number == len(blocks) - 1:
+                    joined = run[0] if len(run) == 1 else np.concatenate(run)
+                    # waited for at once: the joined copy is freed before the next is made
+                    result(handle[first : first + rows].write(joined), where)
+                    run, rows, size = [], 0, 0
+        index = self.index.with_transaction(transaction)
+        order = np.argsort(ids)
+        sorted_ids, matrix = np.asarray(ids, dtype=np.int64)[order], entries[order]
+        # one write per run of consecutive ids: usually a single run
+        breaks = np.flatnonzero(np.diff(sorted_ids) != 1) + 1
+        for run_ids in np.split(np.arange(len(sorted_ids)), breaks):
+            if len(run_ids):
+                first_id = int(sorted_ids[run_ids[0]])
+                result(index[first_id : first_id + len(run_ids)].write(matrix[run_ids]), where)
+        result(transaction.commit_async(), where)
+        if self.options.fsync:
+            self._sync_folders(blocks, ids)
+
+    def _sync_folders(self, blocks: Sequence[Block], ids: Sequence[int]) -> None:
+        """Sync the folders above the chunks just written, so their names survive power loss.
+
+        TensorStore syncs each chunk file and the folder it lands in, but not the folders
+        it creates above it (``c/``, ``c/<n>/``): after a power cut a synced chunk could
+        be unreachable. Each such folder and its parent are synced once per open.
+        """
+        rows = [(start, start + count - 1) for start, count, _ in blocks]
+        targets = [(self.layouts[key].path, handle, rows) for key, handle in self.data.items()]
+        if len(ids):
+            targets.append((INDEX_PATH, self.index, [(min(ids), max(ids))]))
+        for path, handle, spans in targets:
+            top = os.fspath(self.folder / path)
+            width = int(handle.chunk_layout.write_chunk.shape[0])
+            chunks = {c for lo, hi in spans for c in range(lo // width, hi // width + 1)}
+            for chunk in chunks:
+                folder = os.path.dirname(chunk_file(self.folder, path, handle, chunk * width))
+                while len(folder) > len(top) and folder not in self.durable_folders:
+                    _fsync(folder)
+                    _fsync(os.path.dirname(folder))
+                    self.durable_folders.add(folder)
+                    folder = os.path.dirname(folder)
+
+    def trim(self, rows: int, episodes: int) -> None:
+        """Shrink the arrays to the committed rows, so zarr-python sees exact shapes."""
+        targets = [(handle, rows) for handle in self.data.values()]
+        targets.append((self.index, episodes))
+        futures = [_resize(h, n, grow=False) for h, n in targets if h.shape[0] > n]
+        for future in futures:
+            result(future, f"cannot trim the arrays of {str(self.folder)!r}")
+        if futures:
+            self.open()
+
+
+def _fsync(folder: str) -> None:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _capacity(current: int, needed: int, minimum: int) -> int:
+    # geometric growth: most folds fit without rewriting any zarr.json
+    return max(needed, 2 * current, minimum)
+
+
+def _resize(handle: Any, rows: int, *, grow: bool) -> Any:
+    """A future of ``handle`` resized to ``rows`` rows along the first axis."""
+    bounds = [rows, *[None] * (handle.rank - 1)]
+    if grow:
+        # only zarr.json changes; chunks beyond the commit are overwritten later
+        return handle.resize(exclusive_max=bounds, resize_metadata_only=True, expand_only=True)
+    return handle.resize(exclusive_max=bounds, shrink_only=True)
+
+
+def _rows_of(
+    layout: FieldLayout, key: str, count: int, stored: Mapping[str, npt.NDArray[Any]]
+) -> npt.NDArray[Any]:
+    block = stored.get(key)
+    if block is None:
+        # absent optional fields take zero rows: every field shares one row numbering
+        block = np.zeros((count, *layout.storage_shape), dtype=layout.storage_dtype)
+    return block

@@ -1,0 +1,154 @@
+"""The tail: rows of every episode not (yet) in the arrays, held in memory.
+
+Finalized episodes that the log holds take the data rows right after the arrays'
+committed ones, in the order they were finalized: the tail keeps them as one buffer per
+field, rows ``[base, base + len)``, so a batch gathers them with one fancy index, as fast
+as from a decoded chunk. Ongoing episodes keep one buffer each (:class:`Ongoing`). A
+fold moves the finalized rows into the arrays and the tail forgets them (``rebase``).
+
+The writer fills the tail as it logs; a reader fills it from the log at ``refresh()``.
+Both read their tail from memory only: bounded by ``fold_bytes`` plus the ongoing
+episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from episodata_core.errors import DatasetStateError
+from episodata_zarr._table import Growable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import numpy.typing as npt
+
+    from episodata_core.protocols import Rows
+    from episodata_zarr._layout import FieldLayout
+
+__all__ = ["Ongoing", "Tail", "TailEpisode"]
+
+
+class Ongoing:
+    """An ongoing episode: all its rows in memory; the first ``logged`` are in the log."""
+
+    __slots__ = ("buffers", "logged")
+
+    def __init__(self, rows: Rows) -> None:
+        self.buffers: dict[str, Growable] = {}
+        for key, block in rows.items():
+            grow = Growable(block.shape[1:], block.dtype, max(64, len(block)))
+            grow.extend(block)
+            self.buffers[key] = grow
+        self.logged = 0
+
+    def __len__(self) -> int:
+        return len(next(iter(self.buffers.values())))
+
+    def append(self, episode: int, rows: Rows) -> int:
+        """Append rows; returns how many."""
+        if rows.keys() != self.buffers.keys():
+            raise DatasetStateError(
+                f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
+                f"fields {sorted(self.buffers)}"
+            )
+        count = 0
+        for key, block in rows.items():
+            self.buffers[key].extend(block)
+            count = len(block)
+        return count
+
+    def rows(self) -> dict[str, npt.NDArray[Any]]:
+        """Views of every row so far, per field."""
+        return {key: grow.view() for key, grow in self.buffers.items()}
+
+
+@dataclass(frozen=True)
+class TailEpisode:
+    """A finalized episode in the tail: where its rows are, its flags, its fields."""
+
+    row_start: int
+    rows: int
+    terminated: bool
+    truncated: bool
+    present: frozenset[str]
+
+
+class Tail:
+    """Finalized rows ``[base, base + len)`` per field, and the ongoing episodes."""
+
+    def __init__(self, layouts: Mapping[str, FieldLayout], base: int) -> None:
+        self.layouts = layouts
+        self.base = base
+        self.buffers = {
+            key: Growable(layout.shape, layout.dtype, 64) for key, layout in layouts.items()
+        }
+        self.episodes: dict[int, TailEpisode] = {}  # finalized, by id, in row order
+        self.ongoing: dict[int, Ongoing] = {}
+
+    def __len__(self) -> int:
+        """Finalized rows held."""
+        return len(next(iter(self.buffers.values()))) if self.buffers else 0
+
+    @property
+    def end(self) -> int:
+        """The row the next finalized episode takes."""
+        return self.base + len(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of finalized rows held (what a fold would write)."""
+        return sum(layout.row_bytes for layout in self.layouts.values()) * len(self)
+
+    def add(
+        self,
+        episode: int,
+        rows: Mapping[str, npt.NDArray[Any]],
+        *,
+        terminated: bool,
+        truncated: bool,
+        row_start: int | None = None,
+    ) -> int:
+        """Append a finalized episode's rows (absent fields get zeros); returns its first row."""
+        start = self.end
+        if row_start is not None and row_start != start:
+            raise ValueError(f"episode {episode} logged at row {row_start}, expected {start}")
+        count = len(next(iter(rows.values())))
+        for key, grow in self.buffers.items():
+            block = rows.get(key)
+            if block is None:
+                # absent optional fields take zero rows: every field shares one numbering
+                block = np.zeros((count, *self.layouts[key].shape), self.layouts[key].dtype)
+            grow.extend(block)
+        self.episodes[episode] = TailEpisode(
+            start, count, terminated, truncated, frozenset(rows.keys())
+        )
+        return start
+
+    def holds(self, row_start: int) -> bool:
+        """Whether a finalized episode starting at ``row_start`` lives in the tail."""
+        return row_start >= self.base
+
+    def window(self, key: str, start: int, stop: int) -> npt.NDArray[Any]:
+        """Rows ``[start, stop)`` (absolute row numbers) of one field, read-only view."""
+        view = self.buffers[key].view()[start - self.base : stop - self.base]
+        view.flags.writeable = False
+        return view
+
+    def take(self, key: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """The rows at absolute row numbers ``rows`` of one field (a copy)."""
+        return self.buffers[key].view()[rows - self.base]
+
+    def rebase(self, base: int) -> None:
+        """Forget the rows below ``base`` and their episodes: a fold put them in the arrays."""
+        drop = base - self.base
+        for key, grow in self.buffers.items():
+            kept = grow.view()[drop:].copy()
+            fresh = Growable(grow.data.shape[1:], grow.data.dtype, max(64, len(kept)))
+            fresh.extend(kept)
+            self.buffers[key] = fresh
+        self.episodes = {e: p for e, p in self.episodes.items() if p.row_start >= base}
+        self.base = base
