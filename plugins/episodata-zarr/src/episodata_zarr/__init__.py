@@ -42,7 +42,7 @@ from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_zarr._options import CodecName, ZarrOptions, worker_share
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Self
 
     from pydantic import BaseModel
@@ -145,6 +145,10 @@ class ZarrBackend:
     def append_rows(self, episode: int, rows: Rows) -> None:
         """Append rows to an ongoing episode; memory only, no I/O."""
         self._store.append_rows(episode, rows)
+
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Append one step of exact values (``SupportsAppendStep``); memory only, no I/O."""
+        self._store.append_step(episode, values)
 
     def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
         """Log an ongoing episode as finalized; crash-durable on return (see the class)."""

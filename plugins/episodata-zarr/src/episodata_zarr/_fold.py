@@ -68,7 +68,7 @@ def fold(
     if logged:
         stored = {key: layouts[key].encode(grow.view()) for key, grow in tail.buffers.items()}
         blocks.append((tail.base, len(tail), stored))
-        checksums = []
+        checksums: list[dict[str, int]] = []
         for _, placed in logged:
             lo, hi = placed.row_start - tail.base, placed.row_start - tail.base + placed.rows
             checksums.append({key: zlib.crc32(stored[key][lo:hi].data) for key in placed.present})
@@ -90,10 +90,10 @@ def fold(
     for episode, data, terminated, truncated in extra:
         count = len(next(iter(data.values())))
         encoded = {key: layouts[key].encode(values) for key, values in data.items()}
-        checksums = {key: zlib.crc32(block.data) for key, block in encoded.items()}
+        crc = {key: zlib.crc32(block.data) for key, block in encoded.items()}
         blocks.append((rows, count, encoded))
         entry = index.make_entries(
-            [rows], [count - 1], [terminated], [truncated], [False], [data.keys()], [checksums]
+            [rows], [count - 1], [terminated], [truncated], [False], [data.keys()], [crc]
         )
         ids.append(episode)
         entries.append(entry)

@@ -195,6 +195,10 @@ class RemoteStore:
         """Refused: read-only."""
         self._refuse()
 
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Refused: read-only."""
+        self._refuse()
+
     def finalize_episode(self, episode: int, *, terminated: bool, truncated: bool) -> None:
         """Refused: read-only."""
         self._refuse()

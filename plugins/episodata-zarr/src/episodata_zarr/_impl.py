@@ -446,6 +446,11 @@ class ZarrStore:
         """Append rows to an ongoing episode; memory only."""
         self.index.length.data[episode] += self.ongoing_state(episode).append(episode, rows)
 
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Append one step of exact values to an ongoing episode; memory only."""
+        self.ongoing_state(episode).append_step(episode, values)
+        self.index.length.data[episode] += 1
+
     def ongoing_state(self, episode: int) -> Ongoing:
         """The writer's state of an ongoing episode."""
         self.check(write=True)

@@ -61,6 +61,17 @@ class Ongoing:
             count = len(block)
         return count
 
+    def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
+        """Append one row of exact values (see ``SupportsAppendStep``)."""
+        buffers = self.buffers
+        if len(values) != len(buffers) or not all(key in buffers for key in values):
+            raise DatasetStateError(
+                f"episode {episode}: a step for {sorted(values)} does not match the "
+                f"episode's fields {sorted(buffers)}"
+            )
+        for key, value in values.items():
+            buffers[key].append(value)
+
     def rows(self) -> dict[str, npt.NDArray[Any]]:
         """Views of every row so far, per field."""
         return {key: grow.view() for key, grow in self.buffers.items()}
