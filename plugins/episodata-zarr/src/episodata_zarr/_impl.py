@@ -328,25 +328,39 @@ class ZarrStore:
     def _joined(self, entry: LogEntry, state: Ongoing | None) -> dict[str, npt.NDArray[Any]]:
         """An entry's new blocks as rows per field, decoded; checks they are contiguous."""
         have = 0 if state is None or not entry.ongoing else len(state)
-        parts: dict[str, list[npt.NDArray[Any]]] = {key: [] for key in entry.fields}
-        expected = dict.fromkeys(entry.fields, have)
-        for block in entry.blocks:
-            layout = self.layouts.get(block.field)
-            if layout is None or block.field not in parts or block.first > expected[block.field]:
+        layouts = []
+        for key in entry.fields:
+            layout = self.layouts.get(key)
+            if layout is None:
                 raise EpisodataError(
-                    f"{self.log.path}: episode {entry.id} holds unexpected rows of field "
-                    f"{block.field!r} (from row {block.first}); the log is damaged"
+                    f"{self.log.path}: episode {entry.id} stores field {key!r}, which the "
+                    "schema does not have; the log is damaged"
                 )
-            skip = expected[block.field] - block.first
-            stored = np.frombuffer(block.data, dtype=layout.storage_dtype)
-            stored = stored.reshape(block.count, *layout.storage_shape)[skip:]
-            parts[block.field].append(layout.decode(stored))
-            expected[block.field] = block.first + block.count
-        short = [key for key, rows in expected.items() if rows != entry.rows]
-        if short:
+            layouts.append(layout)
+        width = sum(layout.row_bytes for layout in layouts)  # bytes of one row, all fields
+        parts: dict[str, list[npt.NDArray[Any]]] = {key: [] for key in entry.fields}
+        expected = have
+        for block in entry.blocks:
+            if block.first > expected or len(block.data) != block.count * width:
+                raise EpisodataError(
+                    f"{self.log.path}: episode {entry.id} holds rows {block.first}-"
+                    f"{block.first + block.count} where rows from {expected} on, "
+                    f"{width} bytes each, were expected; the log is damaged"
+                )
+            skip, offset = expected - block.first, 0
+            for layout in layouts:
+                size = block.count * layout.row_bytes
+                stored = np.frombuffer(
+                    block.data, layout.storage_dtype, size // layout.storage_dtype.itemsize, offset
+                )
+                stored = stored.reshape(block.count, *layout.storage_shape)[skip:]
+                parts[layout.key].append(layout.decode(stored))
+                offset += size
+            expected = block.first + block.count
+        if expected != entry.rows:
             raise EpisodataError(
                 f"{self.log.path}: episode {entry.id} lists {entry.rows} rows but holds "
-                f"{[expected[k] for k in short]} of fields {short}; the log is damaged"
+                f"{expected}; the log is damaged"
             )
         joined = {}
         for key, rows in parts.items():
@@ -448,7 +462,10 @@ class ZarrStore:
 
     def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
         """Append one step of exact values to an ongoing episode; memory only."""
-        self.ongoing_state(episode).append_step(episode, values)
+        state = self.tail.ongoing.get(episode)
+        if state is None or _THIS_PROCESS[0] != self.pid:
+            state = self.ongoing_state(episode)  # raises: closed, read-only, forked, unknown
+        state.append_step(episode, values)
         self.index.length.data[episode] += 1
 
     def ongoing_state(self, episode: int) -> Ongoing:
@@ -540,9 +557,12 @@ class ZarrStore:
         """The log entry of an episode with its rows from ``first`` on as new blocks."""
         count = len(next(iter(rows.values())))
         blocks = []
-        for key, values in rows.items() if count > first else ():
-            stored = self.layouts[key].encode(values[first:])
-            blocks.append(Block(key, first, count - first, stored.data.cast("B")))
+        if count > first:
+            parts = [
+                self.layouts[key].encode(values[first:]).data.cast("B")
+                for key, values in rows.items()
+            ]
+            blocks.append(Block(first, count - first, b"".join(parts)))
         return LogEntry(
             episode,
             -1 if ongoing else row_start,

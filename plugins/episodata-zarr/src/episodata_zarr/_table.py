@@ -55,11 +55,15 @@ class Growable:
     def append(self, row: Any) -> None:
         """Append one row (a scalar, or a sequence of the row shape)."""
         if self.size == len(self.data):
-            grown = np.empty((2 * len(self.data), *self.data.shape[1:]), self.data.dtype)
-            grown[: self.size] = self.data
-            self.data = grown
+            self.reserve()
         self.data[self.size] = row
         self.size += 1
+
+    def reserve(self) -> None:
+        """Double the capacity."""
+        grown = np.empty((2 * len(self.data), *self.data.shape[1:]), self.data.dtype)
+        grown[: self.size] = self.data[: self.size]
+        self.data = grown
 
 
 def _multipliers(width: int) -> npt.NDArray[np.uint64]:

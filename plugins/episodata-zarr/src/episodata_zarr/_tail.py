@@ -64,13 +64,17 @@ class Ongoing:
     def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
         """Append one row of exact values (see ``SupportsAppendStep``)."""
         buffers = self.buffers
-        if len(values) != len(buffers) or not all(key in buffers for key in values):
+        if values.keys() != buffers.keys():
             raise DatasetStateError(
                 f"episode {episode}: a step for {sorted(values)} does not match the "
                 f"episode's fields {sorted(buffers)}"
             )
         for key, value in values.items():
-            buffers[key].append(value)
+            grow = buffers[key]  # Growable.append, inlined: this runs per field per step
+            if grow.size == len(grow.data):
+                grow.reserve()
+            grow.data[grow.size] = value
+            grow.size += 1
 
     def rows(self) -> dict[str, npt.NDArray[Any]]:
         """Views of every row so far, per field."""
@@ -97,6 +101,7 @@ class Tail:
         self.buffers = {
             key: Growable(layout.shape, layout.dtype, 64) for key, layout in layouts.items()
         }
+        self.row_bytes = sum(layout.row_bytes for layout in layouts.values())
         self.episodes: dict[int, TailEpisode] = {}  # finalized, by id, in row order
         self.ongoing: dict[int, Ongoing] = {}
 
@@ -112,7 +117,7 @@ class Tail:
     @property
     def nbytes(self) -> int:
         """Bytes of finalized rows held (what a fold would write)."""
-        return sum(layout.row_bytes for layout in self.layouts.values()) * len(self)
+        return self.row_bytes * len(self)
 
     def add(
         self,

@@ -192,16 +192,13 @@ def _check_log(store: ZarrStore) -> list[str]:
         return [str(err)]
     problems = []
     for entry in entries:
-        for key in entry.fields:
-            covered = sorted((b.first, b.first + b.count) for b in entry.blocks if b.field == key)
-            end = 0
-            for first, stop in covered:
-                if first > end:
-                    break
-                end = max(end, stop)
-            if end != entry.rows:
-                problems.append(
-                    f"{log.path}: episode {entry.id}, field {key!r}: holds rows 0-{end} of "
-                    f"the {entry.rows} it lists"
-                )
+        end = 0
+        for block in entry.blocks:
+            if block.first > end:
+                break
+            end = max(end, block.first + block.count)
+        if end != entry.rows:
+            problems.append(
+                f"{log.path}: episode {entry.id} holds rows 0-{end} of the {entry.rows} it lists"
+            )
     return problems
