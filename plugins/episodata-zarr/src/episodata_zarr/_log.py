@@ -50,6 +50,7 @@ __all__ = ["LOG_NAME", "Block", "EpisodeLog", "LogEntry"]
 
 LOG_NAME = "log.sqlite"
 _CHECKPOINT_PAGES = 16384  # of 4 KiB: the WAL is copied into the database at 64 MiB
+_SYNCED_CHECKPOINT_PAGES = 1000  # durability="sync": at 4 MiB, SQLite's default
 _FORMAT = "episodata-zarr-log"
 _VERSION = 1
 _SCHEMA = """
@@ -138,10 +139,13 @@ class EpisodeLog:
             connection.execute("INSERT OR REPLACE INTO meta VALUES ('writer', 'open')")
             synchronous = "FULL" if sync_each and fsync else ("NORMAL" if fsync else "OFF")
             connection.execute(f"PRAGMA synchronous={synchronous}")
-            # a checkpoint syncs the WAL and the database: every 4 MB of WAL (SQLite's
-            # default) cost 14-22 us per commit, measured; every 64 MB costs little, and
-            # a fold empties the log anyway
-            connection.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
+            # measured: without a sync per commit, checkpoints (each syncs the WAL and the
+            # database) every 4 MB of WAL, SQLite's default, cost 14-22 us per commit, and
+            # every 64 MB little (a fold empties the log anyway); with a sync per commit,
+            # a WAL that stays small is rewritten in place, and an fdatasync that need not
+            # record a new file size is cheaper: 170 instead of 225 us per commit
+            pages = _SYNCED_CHECKPOINT_PAGES if sync_each else _CHECKPOINT_PAGES
+            connection.execute(f"PRAGMA wal_autocheckpoint={pages}")
             if fsync and not sync_each:
                 self._syncer = _Syncer(self.path, sync_interval)
 
