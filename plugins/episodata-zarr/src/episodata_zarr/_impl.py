@@ -341,22 +341,22 @@ class ZarrStore:
         parts: dict[str, list[npt.NDArray[Any]]] = {key: [] for key in entry.fields}
         expected = have
         for block in entry.blocks:
-            if block.first > expected or len(block.data) != block.count * width:
+            if block.first > expected or len(block.data) != block.rows * width:
                 raise EpisodataError(
                     f"{self.log.path}: episode {entry.id} holds rows {block.first}-"
-                    f"{block.first + block.count} where rows from {expected} on, "
+                    f"{block.first + block.rows} where rows from {expected} on, "
                     f"{width} bytes each, were expected; the log is damaged"
                 )
             skip, offset = expected - block.first, 0
             for layout in layouts:
-                size = block.count * layout.row_bytes
+                size = block.rows * layout.row_bytes
                 stored = np.frombuffer(
                     block.data, layout.storage_dtype, size // layout.storage_dtype.itemsize, offset
                 )
-                stored = stored.reshape(block.count, *layout.storage_shape)[skip:]
+                stored = stored.reshape(block.rows, *layout.storage_shape)[skip:]
                 parts[layout.key].append(layout.decode(stored))
                 offset += size
-            expected = block.first + block.count
+            expected = block.first + block.rows
         if expected != entry.rows:
             raise EpisodataError(
                 f"{self.log.path}: episode {entry.id} lists {entry.rows} rows but holds "
@@ -562,7 +562,8 @@ class ZarrStore:
                 self.layouts[key].encode(values[first:]).data.cast("B")
                 for key, values in rows.items()
             ]
-            blocks.append(Block(first, count - first, b"".join(parts)))
+            data = b"".join(parts)
+            blocks.append(Block(first, count - first, data, zlib.crc32(data)))
         return LogEntry(
             episode,
             -1 if ongoing else row_start,

@@ -38,7 +38,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from episodata_core.errors import EpisodataError
 
@@ -75,18 +75,13 @@ CREATE TABLE IF NOT EXISTS blocks (
 """
 
 
-@dataclass(frozen=True)
-class Block:
-    """Rows ``[first, first + count)`` of every field of one episode, as stored bytes."""
+class Block(NamedTuple):
+    """Rows ``[first, first + rows)`` of every field of one episode, as stored bytes."""
 
     first: int
-    count: int
-    data: bytes | memoryview
-
-    @property
-    def crc32(self) -> int:
-        """Zlib CRC-32 of the bytes."""
-        return zlib.crc32(self.data)
+    rows: int
+    data: bytes
+    crc32: int  # zlib CRC-32 of data
 
 
 @dataclass
@@ -217,7 +212,7 @@ class EpisodeLog:
             for e in entries
         ]
         blocks = [
-            ((e.id << 32) + b.first, e.id, b.first, b.count, b.crc32, b.data)
+            ((e.id << 32) + b.first, e.id, b.first, b.rows, b.crc32, b.data)
             for e in entries
             for b in e.blocks
         ]
@@ -342,7 +337,7 @@ class EpisodeLog:
                     "differ from their checksum; the log is damaged (run "
                     "`episodata verify` for a full report)"
                 )
-            yield Block(start, count, data)
+            yield Block(start, count, data, crc)
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,8 +13,7 @@ episodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -81,8 +80,7 @@ class Ongoing:
         return {key: grow.view() for key, grow in self.buffers.items()}
 
 
-@dataclass(frozen=True)
-class TailEpisode:
+class TailEpisode(NamedTuple):
     """A finalized episode in the tail: where its rows are, its flags, its fields."""
 
     row_start: int

@@ -196,7 +196,7 @@ def _check_log(store: ZarrStore) -> list[str]:
         for block in entry.blocks:
             if block.first > end:
                 break
-            end = max(end, block.first + block.count)
+            end = max(end, block.first + block.rows)
         if end != entry.rows:
             problems.append(
                 f"{log.path}: episode {entry.id} holds rows 0-{end} of the {entry.rows} it lists"
