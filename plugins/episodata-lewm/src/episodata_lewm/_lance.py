@@ -416,12 +416,13 @@ def verify_rows(
     decoded twice.
     """
     names = [n for n in layout.columns if full or source[n].target is not None]
-    keep = len(windows) == 1
+    single = len(windows) == 1
     for window in windows:
         a, b = window.start, window.stop
         for name in layout.columns:
             column = source[name]
             if column.encoding is not None:
+                keep = single and name in layout.roles  # the write pass reads it next
                 array = column.read_arrow(a, b)
                 offsets, data = binary_buffers(array)
                 shape = column.image_shape
