@@ -38,6 +38,7 @@ __all__ = ["LanceSource", "inspect_lance", "is_lance", "verify_rows"]
 _INDEX = "episode_idx"
 _SCAN_ROWS = 1 << 20  # rows of episode_idx per read while finding the episodes (4 MiB)
 _WIDTHS: dict[tuple[Any, ...], int] = {}  # the longest JPEG of a column of a version
+_BYTES_ROWS = 4096  # images="jpeg": rows per list of Python bytes (a few MiB)
 _KEEP_SHAPE = ("action",)  # a one-dimensional action stays [1]; other size-1 lists are scalars
 
 
@@ -133,7 +134,11 @@ class LanceColumn:
         if self.image_shape is not None:
             offsets, data = binary_buffers(array)
             return decode_jpegs(offsets, data, self.image_shape, where, a)
-        return jpeg_bytes(array.to_pylist(), self.width, where, a)
+        out = np.empty(len(array), dtype=f"S{self.width}")
+        for lo in range(0, len(array), _BYTES_ROWS):  # Python bytes of a few rows at a time
+            part = array.slice(lo, _BYTES_ROWS).to_pylist()
+            out[lo : lo + len(part)] = jpeg_bytes(part, self.width, where, a + lo)
+        return out
 
     def asstr(self) -> _Strings:
         """Reads that give ``str`` objects (h5py's ``asstr()``)."""
