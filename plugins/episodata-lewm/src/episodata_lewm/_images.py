@@ -111,14 +111,12 @@ def decode_jpegs(
     shape: tuple[int, int, int],
     where: str,
     first_row: int,
-    rows: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """Decode the JPEGs ``data[offsets[i]:offsets[i + 1]]`` into ``uint8 [n, H, W, C]``.
 
     The caller has checked their structure and size (``_jpegcheck.check_structure``),
     so each goes straight to Pillow's C decoder. Pillow releases the GIL while it
-    decodes, so blocks of rows are decoded by a few threads. ``rows`` decodes only
-    those (and returns ``[len(rows), H, W, C]``).
+    decodes, so blocks of rows are decoded by a few threads.
 
     Raises
     ------
@@ -127,15 +125,14 @@ def decode_jpegs(
     """
     from PIL import Image
 
-    picked = np.arange(offsets.size - 1) if rows is None else rows
-    out = np.empty((picked.size, *shape), dtype=np.uint8)
+    count = offsets.size - 1
+    out = np.empty((count, *shape), dtype=np.uint8)
     height, width, channels = shape
     mode = _MODES[channels]
     view = memoryview(data.data)
 
     def decode(block: range) -> None:
-        for i in block:
-            row = int(picked[i])
+        for row in block:
             blob = view[offsets[row] : offsets[row + 1]]
             try:
                 image = Image.frombytes(mode, (width, height), blob, "jpeg", mode, "")
@@ -144,9 +141,9 @@ def decode_jpegs(
                     f"{where}, row {first_row + row}: the JPEG does not decode ({err}); the "
                     "dataset is damaged"
                 ) from err
-            out[i] = np.asarray(image).reshape(shape)
+            out[row] = np.asarray(image).reshape(shape)
 
-    _in_threads(decode, picked.size)
+    _in_threads(decode, count)
     return out
 
 

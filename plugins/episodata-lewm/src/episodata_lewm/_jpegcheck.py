@@ -3,7 +3,8 @@
 A decode costs ~50 µs per 64x64 frame, 10-20x what reading the blob costs, and finds
 little that the structure does not: libjpeg only warns about damage inside the
 compressed scan data and fills in the pixels (of 3,000 random damages to a fixture
-frame, the decode failed on 258; this check caught 281, all of those 258 among them).
+frame, Pillow refused 237; this check rejects 234 of them, leaves the other 3 to a decode
+and rejects 27 that Pillow decodes).
 So every blob of a window is parsed here, all blobs in step (NumPy over the Arrow data
 buffer, one loop turn per marker segment):
 
@@ -21,7 +22,9 @@ buffer, one loop turn per marker segment):
 
 What this does not cover (progressive, arithmetic-coded or multi-scan JPEGs, scans that
 use the standard Huffman tables of Motion-JPEG, headers of more than
-:data:`MAX_SEGMENTS` segments) is returned as a mask, for the caller to decode.
+:data:`MAX_SEGMENTS` segments) is returned as a mask, for the caller to decode. Nor does
+it check the limits of libjpeg's decoder itself (more than 10 blocks per MCU): a JPEG
+beyond them is well-formed, and only a decode rejects it.
 """
 
 from __future__ import annotations
