@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.measure import MB
 from benchmarks.results import Figure, WorkloadResult, ratio_target
 from benchmarks.workloads._import_rows import ceiling, rss_target, timed_import
 
@@ -242,54 +241,9 @@ def run_w9(context: Context) -> WorkloadResult:
                 f"full: {peaks.get('', float('nan')):.0f} MiB",
             )
         )
+    from benchmarks.workloads.imports_lance import lance_rows
     from benchmarks.workloads.lerobot_import import lerobot_rows
 
     lerobot_rows(context, result)
-    _run_lance(context, result)
+    lance_rows(context, result)
     return result
-
-
-def _run_lance(context: Context, result: WorkloadResult) -> None:
-    """The Lance row: stable-worldmodel's default format, decoded and kept as JPEG bytes."""
-    from benchmarks.workloads.imports_lance import (
-        check_lance,
-        decode_lance,
-        read_lance,
-        write_lewm_lance,
-    )
-
-    rows = context.sizes.lewm_rows
-    try:
-        import lance  # noqa: F401
-    except ImportError:
-        result.figures.append(
-            Figure("lewm-lance import", "episodata", "MB/s", status="not installed")
-        )
-        return
-    source = context.run_dir / "lewm.lance"
-    if not source.exists():
-        write_lewm_lance(source, rows, context.sizes.seed)
-    raw, read_s = read_lance(source)
-    read = ceiling("lewm-lance pylance read", source, raw, read_s)
-    raw_d, decode_s = decode_lance(source)
-    decode = Figure(
-        "lewm-lance pylance read + Pillow decode", "ceiling", "MB/s", rate=raw_d / MB / decode_s
-    )
-    decode.note = "Image.open per JPEG, as the format's readers do; the import decodes twice"
-    result.figures += [read, decode]
-    for images, label in (("decode", "lewm-lance import"), ("jpeg", "lewm-lance import jpeg")):
-        target = context.run_dir / f"lewm-lance-{images}.zarr"
-        mine = timed_import(
-            context,
-            label,
-            read,
-            target,
-            partial(_imported, "lewm", source, target, images=images),
-            partial(check_lance, source=source, decoded=images == "decode"),
-        )
-        if mine.ok:
-            mine.note = "validate='full' decodes each JPEG in the checking pass and again to write"
-        result.figures.append(mine)
-        result.targets.append(ratio_target(result, label, read.system, 0.5))
-    # what decoding costs at all: the import against a plain read that decodes every JPEG
-    result.targets.append(ratio_target(result, "lewm-lance import", decode.system, 0.5))

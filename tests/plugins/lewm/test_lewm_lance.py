@@ -314,3 +314,39 @@ def test_hash_source_digests_the_files_of_the_version():
         for k in rec.facts["lance"]["files"]
         if k.startswith(("_versions/1", "data/"))
     )
+
+
+@pytest.mark.parametrize(
+    ("windows", "destination", "images", "decodes"),
+    [
+        ("one", "new", "decode", 1),
+        ("two", "new", "decode", 1),  # decoded as written; a failure removes the destination
+        ("two", "append", "decode", 2),  # every window checked before the first write
+        ("one", "append", "decode", 1),  # the checking pass's pixels are written
+        ("one", "new", "jpeg", 0),  # kept as bytes: checked for structure only
+    ],
+)
+def test_each_jpeg_is_decoded_once_unless_a_multi_window_append_needs_it_first(
+    tmp_path, monkeypatch, windows, destination, images, decodes
+):
+    """Pillow's real decoder, counted: how often the import decodes each of the 80 JPEGs."""
+    from PIL import Image
+
+    path = str(recording("pusht-swmmain.lance").path)  # 40 rows, two image columns
+    target = tmp_path / "out"
+    if destination == "append":
+        target, _, _ = _import(path, tmp_path / "base")
+    calls = []
+    original = Image.frombytes
+
+    def counted(*args, **kwargs):
+        calls.append(args[2] if len(args) > 2 else kwargs.get("data"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(Image, "frombytes", counted)
+    budget = {} if windows == "one" else {"read_budget_bytes": 2 * 10 * (2 * 32 * 32 * 3 + 200)}
+    dataset, _, _ = _import(path, target, images=images, **budget)
+    assert len(calls) == decodes * 80
+    if images == "decode":  # the appended episodes follow the first four
+        first = 4 if destination == "append" else 0
+        assert_dataset_matches(dataset, lance_expected_import("pusht-swmmain.lance"), first=first)

@@ -9,6 +9,7 @@ naming the column and the row.
 from __future__ import annotations
 
 import io
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,10 +19,12 @@ from episodata_core.errors import FormatError
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["check_markers", "decode_jpegs", "image_shape", "jpeg_bytes", "verify_jpegs"]
+__all__ = ["decode_jpegs", "image_shape", "jpeg_bytes", "verify_jpegs"]
 
 _SOI, _EOI = b"\xff\xd8", b"\xff\xd9"
 _CHANNELS = {"L": 1, "RGB": 3}
+_THREADS = min(4, os.cpu_count() or 1)
+_BLOCK = 64  # rows per task: enough to hide the pool's overhead, many tasks per window
 
 
 def _open(blob: bytes, where: str) -> Any:
@@ -44,17 +47,6 @@ def image_shape(blob: bytes, where: str) -> tuple[int, int, int]:
     image = _open(blob, where)
     channels = _CHANNELS.get(image.mode, 3)
     return int(image.height), int(image.width), channels
-
-
-def check_markers(blobs: list[bytes | None], where: str, first_row: int) -> None:
-    """Every blob starts with SOI and ends with EOI (a cut-off JPEG lacks the EOI)."""
-    for i, blob in enumerate(blobs):
-        if blob is None or not blob.startswith(_SOI) or not blob.endswith(_EOI):
-            state = "is null" if blob is None else "does not start with FF D8 and end with FF D9"
-            raise FormatError(
-                f"{where}, row {first_row + i}: the JPEG {state} ({0 if blob is None else len(blob)} "
-                "bytes); the dataset is damaged or was cut off"
-            )
 
 
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
@@ -114,38 +106,90 @@ def _decode(blob: bytes | None, shape: tuple[int, int, int] | None, row: str) ->
 
 
 def decode_jpegs(
-    blobs: list[bytes | None], shape: tuple[int, int, int], where: str, first_row: int
+    offsets: npt.NDArray[np.int64],
+    data: npt.NDArray[np.uint8],
+    shape: tuple[int, int, int],
+    where: str,
+    first_row: int,
 ) -> npt.NDArray[np.uint8]:
-    """Decode ``len(blobs)`` JPEGs into one ``uint8 [n, H, W, C]`` array.
+    """Decode the JPEGs ``data[offsets[i]:offsets[i + 1]]`` into ``uint8 [n, H, W, C]``.
+
+    The caller has checked their structure and size (``_jpegcheck.check_structure``),
+    so each goes straight to Pillow's C decoder. Pillow releases the GIL while it
+    decodes, so blocks of rows are decoded by a few threads.
 
     Raises
     ------
     FormatError
-        A blob is null, does not decode, or decodes to another shape; the message names
-        the column (``where``) and the row.
+        A blob does not decode; the message names the column (``where``) and the row.
     """
-    out = np.empty((len(blobs), *shape), dtype=np.uint8)
-    for i, blob in enumerate(blobs):
-        image = _decode(blob, shape, f"{where}, row {first_row + i}")
-        out[i] = np.asarray(image).reshape(shape)
+    from PIL import Image
+
+    count = offsets.size - 1
+    out = np.empty((count, *shape), dtype=np.uint8)
+    height, width, channels = shape
+    mode = _MODES[channels]
+    view = memoryview(data.data)
+
+    def decode(block: range) -> None:
+        for row in block:
+            blob = view[offsets[row] : offsets[row + 1]]
+            try:
+                image = Image.frombytes(mode, (width, height), blob, "jpeg", mode, "")
+            except (OSError, ValueError, SyntaxError) as err:
+                raise FormatError(
+                    f"{where}, row {first_row + row}: the JPEG does not decode ({err}); the "
+                    "dataset is damaged"
+                ) from err
+            out[row] = np.asarray(image).reshape(shape)
+
+    _in_threads(decode, count)
     return out
 
 
+def _in_threads(work: Any, count: int) -> None:
+    """``work(block)`` over blocks of ``range(count)``, in a few threads when it pays.
+
+    The first failing block's error (the lowest rows) is raised.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    blocks = [range(lo, min(lo + _BLOCK, count)) for lo in range(0, count, _BLOCK)]
+    if len(blocks) <= 1 or _THREADS == 1:
+        for block in blocks:
+            work(block)
+        return
+    with ThreadPoolExecutor(min(_THREADS, len(blocks))) as pool:
+        for done in pool.map(work, blocks):
+            del done  # map re-raises a block's error here, in block order
+
+
 def verify_jpegs(
-    blobs: list[bytes | None],
+    offsets: npt.NDArray[np.int64],
+    data: npt.NDArray[np.uint8],
+    rows: npt.NDArray[np.int64],
     where: str,
     first_row: int,
     shape: tuple[int, int, int] | None = None,
 ) -> None:
-    """Decode every blob and drop the pixels: whether each is a whole JPEG (of ``shape``).
+    """Decode the blobs ``rows`` and drop the pixels: whether each is a whole JPEG (of ``shape``).
+
+    For what :func:`~episodata_lewm._jpegcheck.check_structure` leaves to a decode.
 
     Raises
     ------
     FormatError
         As :func:`decode_jpegs`; without ``shape``, images of any size pass.
     """
-    for i, blob in enumerate(blobs):
-        _decode(blob, shape, f"{where}, row {first_row + i}")
+    view = memoryview(data.data)
+
+    def verify(block: range) -> None:
+        for i in block:
+            row = int(rows[i])
+            blob = bytes(view[offsets[row] : offsets[row + 1]])
+            _decode(blob, shape, f"{where}, row {first_row + row}")
+
+    _in_threads(verify, rows.size)
 
 
 def jpeg_bytes(

@@ -119,7 +119,9 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
         if full:
             _enforce(scan, prepared, alignment, release, path, log)
         if isinstance(handle, LanceSource):
-            verify_rows(handle, layout, prepared.windows, full=full)
+            # a new destination goes on failure: its JPEGs need only decode as they are written
+            decode = full and not _removed_on_failure(dataset)
+            verify_rows(handle, layout, prepared.windows, full=full, decode=decode)
         flags, reasons = _flags(scan, prepared, options.missing_flags)
         log.finish(strict=options.strict)  # the last check before the first write
         write_episodes(
@@ -139,6 +141,16 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
     )
     result.record["source"].update(_lance_source(path, handle, options), swm_release=release)
     return result
+
+
+def _removed_on_failure(dataset: Dataset) -> bool:
+    """Whether ``dataset`` is this import's own new one, which a failure removes whole.
+
+    ``import_dataset`` creates a new destination marked incomplete by an import, and
+    removes it if the import raises; an appended dataset keeps what was written.
+    """
+    incomplete = dataset.manifest.incomplete
+    return incomplete is not None and incomplete.operation == "import" and dataset.num_episodes == 0
 
 
 _RELEASE_0_1_1 = (

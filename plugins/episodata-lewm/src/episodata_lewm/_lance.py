@@ -24,13 +24,8 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from episodata_core.errors import FormatError, PartialFileError
-from episodata_lewm._images import (
-    check_markers,
-    decode_jpegs,
-    image_shape,
-    jpeg_bytes,
-    verify_jpegs,
-)
+from episodata_lewm._images import decode_jpegs, image_shape, jpeg_bytes, verify_jpegs
+from episodata_lewm._jpegcheck import binary_buffers, check_structure
 from episodata_lewm._layout import Column, Layout, choose_columns
 
 if TYPE_CHECKING:
@@ -43,6 +38,7 @@ __all__ = ["LanceSource", "inspect_lance", "is_lance", "verify_rows"]
 _INDEX = "episode_idx"
 _SCAN_ROWS = 1 << 20  # rows of episode_idx per read while finding the episodes (4 MiB)
 _WIDTHS: dict[tuple[Any, ...], int] = {}  # the longest JPEG of a column of a version
+_BYTES_ROWS = 4096  # images="jpeg": rows per list of Python bytes (a few MiB)
 _KEEP_SHAPE = ("action",)  # a one-dimensional action stays [1]; other size-1 lists are scalars
 
 
@@ -64,6 +60,8 @@ class LanceColumn:
         self.target: np.dtype[Any] | None = None  # integer dtype of a float32 column
         self.width = 0  # the longest blob, for images="jpeg"
         self.image_shape: tuple[int, int, int] | None = None
+        # rows (a, b) the pre-pass already made, for the write pass (one window only)
+        self.kept: tuple[int, int, npt.NDArray[Any]] | None = None
         dims: list[int] = []
         kind = arrow_type
         while pa.types.is_fixed_size_list(kind):
@@ -112,13 +110,12 @@ class LanceColumn:
 
     def __getitem__(self, rows: slice) -> npt.NDArray[Any]:
         a, b, _ = rows.indices(self.shape[0])
+        kept, self.kept = self.kept, None
+        if kept is not None and kept[:2] == (a, b):
+            return kept[2]
         array = self.read_arrow(a, b)
         if self.encoding == "jpeg":
-            blobs = array.to_pylist()
-            if self.image_shape is not None:
-                return decode_jpegs(blobs, self.image_shape, self.source.where(self.name), a)
-            check_markers(blobs, self.source.where(self.name), a)
-            return jpeg_bytes(blobs, self.width, self.source.where(self.name), a)
+            return self.images(array, a)
         flat = array
         for _ in self.list_dims:
             flat = flat.flatten()
@@ -127,6 +124,21 @@ class LanceColumn:
         if self.target is not None:
             return _integral(values, self.target, self.source.where(self.name), a)
         return values
+
+    def images(self, array: Any, a: int) -> npt.NDArray[Any]:
+        """The JPEGs of ``array`` (rows from ``a``) decoded, or as ``S<width>`` bytes.
+
+        Their structure was checked by :func:`verify_rows` (every import runs it).
+        """
+        where = self.source.where(self.name)
+        if self.image_shape is not None:
+            offsets, data = binary_buffers(array)
+            return decode_jpegs(offsets, data, self.image_shape, where, a)
+        out = np.empty(len(array), dtype=f"S{self.width}")
+        for lo in range(0, len(array), _BYTES_ROWS):  # Python bytes of a few rows at a time
+            part = array.slice(lo, _BYTES_ROWS).to_pylist()
+            out[lo : lo + len(part)] = jpeg_bytes(part, self.width, where, a + lo)
+        return out
 
     def asstr(self) -> _Strings:
         """Reads that give ``str`` objects (h5py's ``asstr()``)."""
@@ -395,22 +407,38 @@ def _episode_runs(source: LanceSource) -> tuple[npt.NDArray[np.int64], npt.NDArr
     return ep_offset, ep_len
 
 
-def verify_rows(source: LanceSource, layout: Layout, windows: list[Any], *, full: bool) -> None:
+def verify_rows(
+    source: LanceSource, layout: Layout, windows: list[Any], *, full: bool, decode: bool
+) -> None:
     """The pre-pass over what the scan leaves out, so that a bad value fails before writing.
 
-    ``full``: every column the import reads, once per window (nulls, integral values, and
-    every JPEG decoded, its pixels dropped); otherwise the integer columns and the JPEG
-    markers only.
+    Every JPEG's structure is checked (``_jpegcheck``: markers, tables, frame and scan
+    headers, the size of a decoded column); what that check does not cover is decoded.
+    ``full``: every column the import reads, once per window (nulls, integral values);
+    otherwise the integer columns only. ``decode``: every JPEG of a decoded column is
+    decoded too (an append, which a failure half-way would leave half done). With one
+    window, what the pre-pass made is kept for the write pass, so nothing is read or
+    decoded twice.
     """
     names = [n for n in layout.columns if full or source[n].target is not None]
+    single = len(windows) == 1
     for window in windows:
         a, b = window.start, window.stop
         for name in layout.columns:
             column = source[name]
             if column.encoding is not None:
-                blobs = column.read_arrow(a, b).to_pylist()
-                check_markers(blobs, source.where(name), a)
-                if full:  # kept as bytes, sizes may differ; decoded, they may not
-                    verify_jpegs(blobs, source.where(name), a, column.image_shape)
+                keep = single and name in layout.roles  # the write pass reads it next
+                array = column.read_arrow(a, b)
+                offsets, data = binary_buffers(array)
+                shape = column.image_shape
+                where = source.where(name)
+                uncovered = check_structure(offsets, data, where, a, shape)
+                if uncovered.any():  # rare: progressive or other JPEGs
+                    verify_jpegs(offsets, data, np.flatnonzero(uncovered), where, a, shape)
+                if shape is None and keep:
+                    column.kept = (a, b, column.images(array, a))
+                elif shape is not None and (decode or keep):
+                    pixels = decode_jpegs(offsets, data, shape, where, a)
+                    column.kept = (a, b, pixels) if keep else None
             elif name in names:
                 column[a:b]

@@ -90,7 +90,8 @@ class LeWMOptions(BaseModel):
     images: Literal["decode", "jpeg"] = Field(
         default="decode",
         description="Lance only: JPEG image columns become uint8 [H, W, C] ('decode', lossy "
-        "against the recorded frames) or keep their encoded bytes ('jpeg', dtype S<w>).",
+        "against the recorded frames) or keep their encoded bytes ('jpeg', dtype S<w>; "
+        "checked for structure, not decoded).",
     )
     column_dtypes: dict[str, IntegerDtype] = Field(
         default_factory=lambda: dict(LANCE_INTEGER_COLUMNS),
