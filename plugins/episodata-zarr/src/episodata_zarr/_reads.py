@@ -43,10 +43,10 @@ def read_rows(store: ZarrStore, episode: int, start: int, stop: int, fields: Seq
     """Rows ``[start, stop)`` of one episode: from the tail, or one read per field."""
     base = int(store.index.row_start.data[episode])
     if base < 0:
-        buffers = store.tail.ongoing[episode].buffers
+        state = store.tail.ongoing[episode]
         out = {}
         for key in fields:
-            view = buffers[key].view()[start:stop]
+            view = state.view(key)[start:stop]
             view.flags.writeable = False
             out[key] = view
         return out
@@ -233,10 +233,10 @@ def _gather_memory(
         episode = int(request.episodes[b])
         start, count = int(request.starts[b]), int(request.counts[b])
         offset = int(request.offsets[b])
-        buffers = store.tail.ongoing[episode].buffers
+        state = store.tail.ongoing[episode]
         for key in request.fields:
             target = out[key]
-            if key not in buffers:
+            if key not in state.data:
                 target[b] = 0
             else:
-                target[b, offset : offset + count] = buffers[key].view()[start : start + count]
+                target[b, offset : offset + count] = state.view(key)[start : start + count]

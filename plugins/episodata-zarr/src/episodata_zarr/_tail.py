@@ -32,52 +32,79 @@ __all__ = ["Ongoing", "Tail", "TailEpisode"]
 
 
 class Ongoing:
-    """An ongoing episode: all its rows in memory; the first ``logged`` are in the log."""
+    """An ongoing episode: all its rows in memory; the first ``logged`` are in the log.
 
-    __slots__ = ("buffers", "logged")
+    Its fields share one row count and capacity, so a step costs one store per field
+    (this runs per field per step: the hottest path of recording).
+    """
+
+    __slots__ = ("capacity", "data", "logged", "size")
 
     def __init__(self, rows: Rows) -> None:
-        self.buffers: dict[str, Growable] = {}
+        count = len(next(iter(rows.values())))
+        self.capacity = max(64, count)
+        self.data: dict[str, npt.NDArray[Any]] = {}
         for key, block in rows.items():
-            grow = Growable(block.shape[1:], block.dtype, max(64, len(block)))
-            grow.extend(block)
-            self.buffers[key] = grow
+            array = np.empty((self.capacity, *block.shape[1:]), dtype=block.dtype)
+            array[:count] = block
+            self.data[key] = array
+        self.size = count
         self.logged = 0
 
     def __len__(self) -> int:
-        return len(next(iter(self.buffers.values())))
+        return self.size
+
+    def _reserve(self, needed: int) -> None:
+        self.capacity = max(needed, 2 * self.capacity)
+        for key, array in self.data.items():
+            grown = np.empty((self.capacity, *array.shape[1:]), dtype=array.dtype)
+            grown[: self.size] = array[: self.size]
+            self.data[key] = grown
+
+    def _check_fields(self, episode: int, keys: Any) -> None:
+        if keys != self.data.keys():
+            raise DatasetStateError(
+                f"episode {episode}: rows for {sorted(keys)} do not match the episode's "
+                f"fields {sorted(self.data)}"
+            )
 
     def append(self, episode: int, rows: Rows) -> int:
-        """Append rows; returns how many."""
-        if rows.keys() != self.buffers.keys():
+        """Append ``[n, ...]`` rows of every field; returns ``n``."""
+        self._check_fields(episode, rows.keys())
+        counts = {len(block) for block in rows.values()}
+        if len(counts) != 1:
             raise DatasetStateError(
-                f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
-                f"fields {sorted(self.buffers)}"
+                f"episode {episode}: the fields' blocks have different row counts "
+                f"{ {key: len(block) for key, block in rows.items()} }"
             )
-        count = 0
+        count = counts.pop()
+        start = self.size
+        if start + count > self.capacity:
+            self._reserve(start + count)
         for key, block in rows.items():
-            self.buffers[key].extend(block)
-            count = len(block)
+            self.data[key][start : start + count] = block
+        self.size = start + count
         return count
 
     def append_step(self, episode: int, values: Mapping[str, Any]) -> None:
         """Append one row of exact values (see ``SupportsAppendStep``)."""
-        buffers = self.buffers
-        if values.keys() != buffers.keys():
-            raise DatasetStateError(
-                f"episode {episode}: a step for {sorted(values)} does not match the "
-                f"episode's fields {sorted(buffers)}"
-            )
+        data = self.data
+        if values.keys() != data.keys():
+            self._check_fields(episode, values.keys())
+        row = self.size
+        if row == self.capacity:
+            self._reserve(row + 1)
         for key, value in values.items():
-            grow = buffers[key]  # Growable.append, inlined: this runs per field per step
-            if grow.size == len(grow.data):
-                grow.reserve()
-            grow.data[grow.size] = value
-            grow.size += 1
+            data[key][row] = value
+        self.size = row + 1
+
+    def view(self, key: str) -> npt.NDArray[Any]:
+        """The rows so far of one field (a view; stale after the next growth)."""
+        return self.data[key][: self.size]
 
     def rows(self) -> dict[str, npt.NDArray[Any]]:
         """Views of every row so far, per field."""
-        return {key: grow.view() for key, grow in self.buffers.items()}
+        return {key: array[: self.size] for key, array in self.data.items()}
 
 
 class TailEpisode(NamedTuple):
