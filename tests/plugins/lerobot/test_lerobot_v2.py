@@ -13,6 +13,8 @@ import re
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from lerobot_fixtures import DATA, LENGTHS, edit_info, expected_import, frame_images
 from lerobot_v2 import encode_mp4, make_v2, read_jsonl, v2_video_frames, write_jsonl
@@ -66,6 +68,10 @@ def _bad_v2(directory: Path, name: str) -> list[BadSource]:
     garbled = make_v2(name, directory / "garbled")
     with (garbled / "meta" / "episodes.jsonl").open("a") as handle:
         handle.write('{"episode_index": 3, "tasks": \n')
+    mixed = make_v2(name, directory / "mixed")
+    one = mixed / "data" / "chunk-000" / "episode_000001.parquet"
+    zero = pq.read_table(mixed / "data" / "chunk-000" / "episode_000000.parquet")
+    pq.write_table(pa.concat_tables([pq.read_table(one), zero]), one)  # episode 0's rows too
     no_tasks = make_v2(name, directory / "no-tasks")
     (no_tasks / "meta" / "tasks.jsonl").unlink()
     return [
@@ -74,6 +80,7 @@ def _bad_v2(directory: Path, name: str) -> list[BadSource]:
         BadSource(unknown, FormatError, re.escape("codebase_version 'v2.9' is a LeRobot v2 layout this importer does not know")),
         BadSource(longer, FormatError, re.escape("episode 1 has 4 rows here, meta/episodes.jsonl says 5 contiguous rows")),
         BadSource(garbled, FormatError, re.escape("meta/episodes.jsonl line 4 is not valid JSON")),
+        BadSource(mixed, FormatError, re.escape("holds rows of episode(s) [0] besides episode 1; a LeRobot v2 data file holds one episode")),
         BadSource(no_tasks, FormatError, re.escape("meta/tasks.jsonl does not exist")),
         BadSource(make_v2(name, directory / "unknown-episode"), FormatError,
                   re.escape("names episode(s) [7]"), {"episodes": [0, 7]}),
@@ -147,6 +154,12 @@ def test_v2_png_import_equals_the_v3_import(tmp_path: Path, version: str) -> Non
         np.testing.assert_array_equal(a["image"], frame_images("pendulum-images")[e])
         assert ours.episode(e).terminated == theirs.episode(e).terminated
         assert ours.episode(e).truncated == theirs.episode(e).truncated
+    # a budget below one frame: every episode read block by block (the streaming path)
+    small, _ = import_dataset("lerobot", folder, read_budget_bytes=1)
+    for e in range(3):
+        a, b = _fields(small, e), _fields(theirs, e)
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"episode {e} {key}")
     record = ours.manifest.metadata["imports"][-1]
     assert record["source"]["codebase_version"] == version
     # the global index continues across the per-episode files, as v3's dataset_from_index
@@ -178,9 +191,6 @@ def test_v2_info_json_without_chunks_size_is_refused(tmp_path: Path) -> None:
 
 
 def test_v2_episode_with_several_tasks_keeps_each_frames_task(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     folder = make_v2("pendulum-images", tmp_path)
     write_jsonl(folder / "meta" / "tasks.jsonl",
                 [{"task_index": 0, "task": "swing up"}, {"task_index": 1, "task": "balance"}])  # fmt: skip

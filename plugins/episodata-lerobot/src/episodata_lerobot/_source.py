@@ -180,7 +180,7 @@ def read_source(source: str) -> LeRobotSource:
         feature = _feature(source, str(name), spec, skipped)
         if feature is not None:
             features.append(feature)
-    if any(f.kind == "video" for f in features) and "video_path" not in info:
+    if any(f.kind == "video" for f in features) and info.get("video_path") is None:
         raise FormatError(f"{source!r}: meta/info.json has video features but no video_path")
     return LeRobotSource(source, root, info, float(fps), tuple(features), tuple(skipped))
 

@@ -43,7 +43,7 @@ class EpisodeEntry:
     """The episode's first row in its data file."""
     from_index: int
     videos: dict[str, tuple[Path, float, float]] = field(default_factory=dict)
-    """``{feature: (mp4, from_timestamp, to_timestamp)}``."""
+    """``{feature: (mp4, from_timestamp, to_timestamp)}``; a v2 mp4's span is ``(0, inf)``."""
 
 
 @dataclass
@@ -354,6 +354,13 @@ def _check_data_files(
             raise FormatError(
                 f"{where}: task_index outside 0..{task_count - 1} "
                 f"({'meta/tasks.jsonl' if source.legacy else 'meta/tasks.parquet'})"
+            )
+        if source.legacy and episode.size and not np.all(episode == entries[positions[0]].index):
+            # a v2 file is one episode's alone: rows of another are a mix-up, not data to skip
+            others = sorted(set(episode.tolist()) - {entries[positions[0]].index})
+            raise FormatError(
+                f"{where}: holds rows of episode(s) {others[:SHOWN]} besides episode "
+                f"{entries[positions[0]].index}; a LeRobot v2 data file holds one episode"
             )
         for position in positions:
             entry = entries[position]
