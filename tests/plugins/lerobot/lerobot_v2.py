@@ -6,7 +6,8 @@ independently of the importer: one parquet per episode at
 columns as v3, one mp4 per episode and video key at
 ``videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4`` (its
 frames from time 0), ``meta/episodes.jsonl``, ``meta/tasks.jsonl`` and, in v2.1,
-``meta/episodes_stats.jsonl``.
+``meta/episodes_stats.jsonl`` (its stats left empty: the import ignores them).
+test_lerobot_v2_converter.py (slow) checks these folders against LeRobot's own converter.
 """
 
 from __future__ import annotations

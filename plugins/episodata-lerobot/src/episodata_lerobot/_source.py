@@ -193,9 +193,8 @@ def _check_version(source: str, info: dict[str, Any]) -> None:
     if isinstance(version, str) and version.startswith("v2"):
         raise FormatError(
             f"{source!r}: codebase_version {version!r} is a LeRobot v2 layout this importer "
-            f"does not know; it reads {readable}. If the folder is laid out as v2.1 (one "
-            "parquet and one mp4 per episode, meta/episodes.jsonl), set codebase_version to "
-            "'v2.1' in meta/info.json, or convert it with LeRobot's own converter"
+            f"does not know; it reads {readable}. Convert it to v3.0 with LeRobot's own "
+            "converter and import that"
         )
     raise FormatError(
         f"{source!r}: meta/info.json codebase_version is {version!r}; the lerobot importer "
