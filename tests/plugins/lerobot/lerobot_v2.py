@@ -59,15 +59,20 @@ def encode_mp4(path: Path, frames: np.ndarray, fps: int) -> None:
         container.mux(stream.encode(None))
 
 
-def make_v2(name: str, directory: Path, version: str = "v2.1", chunks_size: int = 2) -> Path:
-    """The v3 fixture ``name`` rewritten as a LeRobot ``version`` folder under ``directory``.
+def make_v2(
+    name: str, directory: Path, version: str = "v2.1", chunks_size: int = 2,
+    source: Path | None = None,
+) -> Path:  # fmt: skip
+    """The v3 fixture ``name`` (or the v3 folder ``source``) as a ``version`` folder.
+
+    The folder is ``directory / f"{name}-{version}"``.
 
     ``chunks_size=2`` spreads the three episodes over two chunk folders, so the
     ``episode_chunk`` of the paths is exercised.
     """
     import pyarrow.parquet as pq
 
-    source = DATA / name
+    source = DATA / name if source is None else source
     target = directory / f"{name}-{version}"
     (target / "meta").mkdir(parents=True)
     info = json.loads((source / "meta" / "info.json").read_text())
