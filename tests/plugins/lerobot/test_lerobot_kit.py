@@ -50,7 +50,8 @@ def _bad_common(directory: Path, name: str) -> list[BadSource]:
     rewrite_data(early, early_done)
     return [
         BadSource(empty, FormatError, "not a LeRobot dataset folder: it has no meta/info.json"),
-        BadSource(v21, FormatError, re.escape("codebase_version 'v2.1' is LeRobot's v2 layout")),
+        # a v3 folder labelled v2.1: the v2 layout's meta/*.jsonl are not there
+        BadSource(v21, FormatError, r"meta/(episodes|tasks)\.jsonl does not exist; a LeRobot v2\.1 dataset has"),
         BadSource(cut, PartialFileError, "is not a readable parquet file .* cut short"),
         BadSource(shape, FormatError, re.escape("holds 4 value(s) per frame (fixed_size_list<element: float>[4]), but meta/info.json declares shape [3]")),
         BadSource(early, FormatError, re.escape("next.done is True at frame(s) [2] before its last")),

@@ -1,5 +1,7 @@
 """LeRobot v3 datasets: the ``lerobot`` importer and exporter (formats.md §8).
 
+The importer also reads v2.1 and v2.0 folders (one parquet and one mp4 per episode).
+
 Importing this package imports neither pyarrow nor PyAV nor Pillow; the plugins' methods
 do, and a missing one raises :class:`~episodata_core.errors.MissingDependencyError` with
 the install command (``pip install "episodata[lerobot]"``).
@@ -39,7 +41,7 @@ _INSTALL = 'pip install "episodata[lerobot]"'
 
 
 class LeRobotImporter:
-    """Reads a local LeRobot v3.0 dataset folder into action-in episodes.
+    """Reads a local LeRobot v3.0 (or v2.1 / v2.0) dataset folder into action-in episodes.
 
     LeRobot stores frames action-out without the final observation: by default an
     episode of T frames gives T - 1 exact transitions (``final_observation="drop"``);
@@ -48,11 +50,13 @@ class LeRobotImporter:
     """
 
     name: ClassVar[str] = "lerobot"
-    description: ClassVar[str] = "LeRobot v3.0 dataset folders (parquet frames, mp4 videos)"
+    description: ClassVar[str] = (
+        "LeRobot v3.0, v2.1 and v2.0 dataset folders (parquet frames, mp4 videos)"
+    )
     Options: ClassVar[type[BaseModel]] = LeRobotImportOptions
 
     def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
-        """The schema of the episodes in ``source``; reads info.json and meta/episodes."""
+        """The schema of the episodes in ``source``; reads info.json and the episodes table."""
         _require("the lerobot importer")
         from episodata_lerobot._import import read_schema
 

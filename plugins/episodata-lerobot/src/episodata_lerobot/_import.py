@@ -55,8 +55,11 @@ def read_schema(source: str, options: LeRobotImportOptions) -> DatasetSchema:
 def _multi_task(found: LeRobotSource) -> bool:
     import pyarrow.compute as pc
 
+    from episodata_lerobot._legacy import read_jsonl_episodes
     from episodata_lerobot._tables import _read
 
+    if found.legacy:
+        return any(len(row["tasks"]) > 1 for row in read_jsonl_episodes(found))
     for path in sorted((found.root / "meta" / "episodes").glob("chunk-*/file-*.parquet")):
         handle = open_parquet(path, found.where)
         if "tasks" not in handle.schema_arrow.names:

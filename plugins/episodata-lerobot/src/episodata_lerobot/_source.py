@@ -19,6 +19,7 @@ from episodata_core.errors import FormatError
 
 __all__ = [
     "BOOKKEEPING",
+    "LEGACY_VERSIONS",
     "SUPPORTED_VERSION",
     "Feature",
     "LeRobotSource",
@@ -27,6 +28,9 @@ __all__ = [
 ]
 
 SUPPORTED_VERSION = "v3.0"
+"""The version the exporter writes and the importer reads natively."""
+LEGACY_VERSIONS = ("v2.0", "v2.1")
+"""Versions laid out one file per episode with ``meta/*.jsonl`` (``_legacy``), also read."""
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 """Columns LeRobot adds to every frame; checked, not imported as fields."""
 DONE = "next.done"
@@ -63,7 +67,7 @@ class Feature:
 
 @dataclass(frozen=True)
 class LeRobotSource:
-    """A resolved LeRobot v3 folder and what its ``meta/info.json`` says."""
+    """A resolved LeRobot v3 (or v2.0 / v2.1) folder and what its ``meta/info.json`` says."""
 
     given: str
     root: Path
@@ -75,6 +79,16 @@ class LeRobotSource:
     """``(feature, why)`` of features that are not imported."""
 
     @property
+    def legacy(self) -> bool:
+        """A v2.0 / v2.1 folder: one parquet and one mp4 per episode, ``meta/*.jsonl``."""
+        return self.info.get("codebase_version") in LEGACY_VERSIONS
+
+    @property
+    def episodes_table(self) -> str:
+        """How messages name the episodes table."""
+        return "meta/episodes.jsonl" if self.legacy else "meta/episodes"
+
+    @property
     def where(self) -> str:
         """How messages name the source."""
         return repr(self.given)
@@ -82,7 +96,14 @@ class LeRobotSource:
     def path_of(self, template_key: str, **values: Any) -> Path:
         """``data_path`` / ``video_path`` filled in, below the root."""
         template = self.info[template_key]
-        relative = Path(str(template).format(**values))
+        try:
+            relative = Path(str(template).format(**values))
+        except (KeyError, IndexError, ValueError) as err:
+            raise FormatError(
+                f"{self.where}: info.json {template_key} {template!r} cannot be filled in "
+                f"({type(err).__name__}: {err}); a LeRobot "
+                f"{self.info.get('codebase_version')} path uses the fields {sorted(values)}"
+            ) from err
         if relative.is_absolute() or ".." in relative.parts:
             raise FormatError(
                 f"{self.where}: info.json {template_key} {template!r} leaves the dataset folder"
@@ -136,11 +157,14 @@ def read_source(source: str) -> LeRobotSource:
             f"{source!r}: meta/info.json holds a {type(info).__name__}, not an object"
         )
     _check_version(source, info)
-    for key in ("fps", "features", "data_path", "total_episodes", "total_frames"):
+    needed = ["fps", "features", "data_path", "total_episodes", "total_frames"]
+    if info["codebase_version"] in LEGACY_VERSIONS:
+        needed.append("chunks_size")
+    for key in needed:
         if key not in info:
             raise FormatError(
-                f"{source!r}: meta/info.json lacks {key!r}; a LeRobot v3.0 info.json has "
-                "fps, features, data_path, total_episodes and total_frames"
+                f"{source!r}: meta/info.json lacks {key!r}; a LeRobot "
+                f"{info['codebase_version']} info.json has {', '.join(needed)}"
             )
     fps = info["fps"]
     if isinstance(fps, bool) or not isinstance(fps, int | float) or fps <= 0:
@@ -156,25 +180,25 @@ def read_source(source: str) -> LeRobotSource:
         feature = _feature(source, str(name), spec, skipped)
         if feature is not None:
             features.append(feature)
-    if any(f.kind == "video" for f in features) and "video_path" not in info:
+    if any(f.kind == "video" for f in features) and info.get("video_path") is None:
         raise FormatError(f"{source!r}: meta/info.json has video features but no video_path")
     return LeRobotSource(source, root, info, float(fps), tuple(features), tuple(skipped))
 
 
 def _check_version(source: str, info: dict[str, Any]) -> None:
     version = info.get("codebase_version")
-    if version == SUPPORTED_VERSION:
+    if version == SUPPORTED_VERSION or version in LEGACY_VERSIONS:
         return
+    readable = ", ".join(repr(v) for v in (*LEGACY_VERSIONS, SUPPORTED_VERSION))
     if isinstance(version, str) and version.startswith("v2"):
         raise FormatError(
-            f"{source!r}: codebase_version {version!r} is LeRobot's v2 layout (one parquet and "
-            "one mp4 per episode, meta/episodes.jsonl); the lerobot importer reads v3.0 only. "
-            "Convert it with LeRobot's own converter (python -m "
-            "lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=...) and import that"
+            f"{source!r}: codebase_version {version!r} is a LeRobot v2 layout this importer "
+            f"does not know; it reads {readable}. Convert it to v3.0 with LeRobot's own "
+            "converter and import that"
         )
     raise FormatError(
         f"{source!r}: meta/info.json codebase_version is {version!r}; the lerobot importer "
-        f"reads {SUPPORTED_VERSION!r} datasets"
+        f"reads {readable} datasets. Convert older ones with LeRobot's own converters"
     )
 
 

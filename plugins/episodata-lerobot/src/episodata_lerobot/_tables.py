@@ -15,6 +15,7 @@ import numpy as np
 
 from episodata_core.errors import FormatError, PartialFileError
 from episodata_lerobot._decode import binary_values, count_video_frames, png_size, probe_video
+from episodata_lerobot._legacy import read_jsonl_episodes, read_jsonl_tasks, v2_locations
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,7 +33,7 @@ _VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 
 @dataclass(frozen=True)
 class EpisodeEntry:
-    """One row of ``meta/episodes`` and where its frames are."""
+    """One row of ``meta/episodes`` (v2: ``meta/episodes.jsonl``) and where its frames are."""
 
     index: int
     length: int
@@ -42,7 +43,7 @@ class EpisodeEntry:
     """The episode's first row in its data file."""
     from_index: int
     videos: dict[str, tuple[Path, float, float]] = field(default_factory=dict)
-    """``{feature: (mp4, from_timestamp, to_timestamp)}``."""
+    """``{feature: (mp4, from_timestamp, to_timestamp)}``; a v2 mp4's span is ``(0, inf)``."""
 
 
 @dataclass
@@ -195,12 +196,12 @@ def read_tables(
     PNG bytes are read ``budget / 16`` bytes at a time (one frame's pixels per row).
     """
     where = source.where
-    tasks = _read_tasks(source)
-    rows = _read_episodes(source)
+    tasks = read_jsonl_tasks(source) if source.legacy else _read_tasks(source)
+    rows = read_jsonl_episodes(source) if source.legacy else _read_episodes(source)
     found = len(rows)
     if found != source.info["total_episodes"]:
         raise FormatError(
-            f"{where}: meta/episodes holds {found} episodes but info.json says total_episodes "
+            f"{where}: {source.episodes_table} holds {found} episodes but info.json says total_episodes "
             f"= {source.info['total_episodes']}; the dataset is incomplete"
         )
     by_index = {int(row["episode_index"]): row for row in rows}
@@ -215,7 +216,12 @@ def read_tables(
             )
         chosen = list(selection)
     files: set[Path] = {source.root / "meta" / "info.json"}
-    entries = [_entry(source, by_index[e], files) for e in chosen]
+    if source.legacy:
+        # v2 rows carry no dataset_from_index: the global index runs on from episode to episode
+        starts = np.cumsum([0] + [int(row["length"]) for row in rows]).tolist()
+        entries = [_legacy_entry(source, by_index[e], int(starts[e]), files) for e in chosen]
+    else:
+        entries = [_entry(source, by_index[e], files) for e in chosen]
     _check_data_files(source, entries, len(tasks), budget)
     _check_videos(source, entries)
     files.update(entry.data_path for entry in entries)
@@ -265,6 +271,17 @@ def _read_episodes(source: LeRobotSource) -> list[dict[str, Any]]:
             f"{source.where}: meta/episodes episode_index is not 0..{len(indexes) - 1}"
         )
     return rows
+
+
+def _legacy_entry(
+    source: LeRobotSource, row: dict[str, Any], from_index: int, files: set[Path]
+) -> EpisodeEntry:
+    """A v2 episode: its own parquet file and its own mp4s, whole."""
+    index = int(row["episode_index"])
+    data_path, videos = v2_locations(source, index)
+    files.update(path for path, _, _ in videos.values())
+    return EpisodeEntry(index, int(row["length"]), tuple(row["tasks"]), data_path, -1,
+                        from_index, videos)  # fmt: skip
 
 
 def _entry(source: LeRobotSource, row: dict[str, Any], files: set[Path]) -> EpisodeEntry:
@@ -335,7 +352,15 @@ def _check_data_files(
         task = table.column("task_index").to_numpy()
         if task.size and (task.min() < 0 or task.max() >= task_count):
             raise FormatError(
-                f"{where}: task_index outside 0..{task_count - 1} (meta/tasks.parquet)"
+                f"{where}: task_index outside 0..{task_count - 1} "
+                f"({'meta/tasks.jsonl' if source.legacy else 'meta/tasks.parquet'})"
+            )
+        if source.legacy and episode.size and not np.all(episode == entries[positions[0]].index):
+            # a v2 file is one episode's alone: rows of another are a mix-up, not data to skip
+            others = sorted(set(episode.tolist()) - {entries[positions[0]].index})
+            raise FormatError(
+                f"{where}: holds rows of episode(s) {others[:SHOWN]} besides episode "
+                f"{entries[positions[0]].index}; a LeRobot v2 data file holds one episode"
             )
         for position in positions:
             entry = entries[position]
@@ -346,8 +371,9 @@ def _check_data_files(
                 rows.size and not np.array_equal(rows - first, expected)
             ):
                 raise FormatError(
-                    f"{where}: episode {entry.index} has {rows.size} rows here, meta/episodes "
-                    f"says {entry.length} contiguous rows; the file is incomplete"
+                    f"{where}: episode {entry.index} has {rows.size} rows here, "
+                    f"{source.episodes_table} says {entry.length} contiguous rows; the file is "
+                    "incomplete or the episodes table is wrong"
                 )
             if not np.array_equal(frame[rows], expected) or not np.array_equal(
                 index[rows], expected + entry.from_index
@@ -408,8 +434,10 @@ def _check_videos(source: LeRobotSource, entries: list[EpisodeEntry]) -> None:
                 probed[path] = probe_video(path, feature.shape, where)
             count = count_video_frames(probed[path], start, stop, source.fps)
             if count != entry.length:
+                # a v2 mp4 is the episode's alone: its span is open-ended
+                span = f" in [{start:.3f}, {stop:.3f}) s" if math.isfinite(stop) else ""
                 raise FormatError(
-                    f"{where}: {str(path.relative_to(source.root))!r} holds {count} frames in "
-                    f"[{start:.3f}, {stop:.3f}) s, but episode {entry.index} has {entry.length}; "
+                    f"{where}: {str(path.relative_to(source.root))!r} holds {count} frames"
+                    f"{span}, but episode {entry.index} has {entry.length}; "
                     "the video is cut short or does not belong to this dataset"
                 )
