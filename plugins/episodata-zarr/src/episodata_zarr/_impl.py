@@ -168,7 +168,10 @@ class ZarrStore:
         """Open a dataset folder; a writable open also recovers after a crashed writer."""
         folder = Path(location)
         # no link out of the folder is read
-        check_files(folder, [COMMIT_NAME, "zarr.json", LOG_NAME, f"{LOG_NAME}-wal"])
+        # (nor written: SQLite writes the log's -wal and -shm files next to it)
+        check_files(
+            folder, [COMMIT_NAME, "zarr.json", *(f"{LOG_NAME}{s}" for s in ("", "-wal", "-shm"))]
+        )
         record = read_commit(folder)
         root_file = folder / "zarr.json"
         try:
