@@ -134,3 +134,29 @@ def test_appending_never_writes_through_a_link_out_of_the_folder(tmp_path: Path)
         backend.close()  # the close-time fold is refused as well
     assert (foreign / _STATE / "c/0/0").read_bytes() == theirs
     assert sorted(p.name for p in (foreign / _STATE / "c/0").iterdir()) == ["0"]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_an_episode_log_linking_outside_is_refused_before_sqlite_opens_it(
+    tmp_path: Path, suffix: str
+) -> None:
+    # SQLite would read the log's files and write its -wal and -shm: a link out of the
+    # folder would make it read (or write) another dataset's log
+    schema = example_schema()
+    mine, outside = tmp_path / "mine", tmp_path / "outside"
+    backend = make_backend(mine, fsync=False)
+    backend.start_episode({k: v[:2] for k, v in rows_of(schema, 0).items()})
+    backend.close()  # the ongoing episode keeps the log
+    outside.mkdir()
+    target = outside / f"log.sqlite{suffix}"
+    target.write_bytes(b"")
+    link = mine / f"log.sqlite{suffix}"
+    if link.exists():
+        shutil.copy(link, target)
+        link.unlink()
+    os.symlink(target, link)
+    before = target.read_bytes()
+    for writable in (False, True):
+        with pytest.raises(EpisodataError, match=rf"log\.sqlite{suffix}.*outside"):
+            open_backend(mine, writable=writable)
+    assert target.read_bytes() == before
