@@ -11,9 +11,11 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING
 
+import pytest
 import zarr
 from _zarr_helpers import check_episode, make_backend, open_backend, rows_of
 
+from episodata_core.errors import EpisodataError
 from episodata_core.testing import example_schema
 
 if TYPE_CHECKING:
@@ -105,3 +107,33 @@ def test_an_ongoing_episode_below_folded_ones_stays_in_the_log(tmp_path: Path) -
     check_episode(reader, 0)
     assert reader.verify() == []
     reader.close()
+
+
+def test_a_log_a_writer_is_still_creating_reads_as_empty(tmp_path: Path) -> None:
+    # a writer reopening a closed dataset creates log.sqlite, then its tables in one
+    # commit: a reader looking in between finds an empty file, which is no episode yet
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    for episode in range(2):
+        writer.add_episode(rows_of(schema, episode), terminated=True, truncated=False)
+    writer.close()
+    (folder / "log.sqlite").write_bytes(b"")
+    reader = open_backend(folder)
+    assert len(reader.episode_table()) == 2
+    for episode in range(2):
+        check_episode(reader, episode)
+    reader.refresh()
+    reader.close()
+
+
+def test_a_log_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:
+    schema = example_schema()
+    folder = tmp_path / "ds"
+    writer = make_backend(folder)
+    writer.add_episode(rows_of(schema, 0), terminated=True, truncated=False)
+    writer.close()
+    (folder / "log.sqlite").write_bytes(b"not a database, but 100 bytes of something " * 3)
+    for writable in (False, True):
+        with pytest.raises(EpisodataError, match=r"log\.sqlite: the episode log cannot be"):
+            open_backend(folder, writable=writable)

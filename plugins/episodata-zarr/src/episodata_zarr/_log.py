@@ -156,15 +156,19 @@ class EpisodeLog:
                     self.path, isolation_level=None, check_same_thread=False
                 )
                 connection.execute("PRAGMA journal_mode=WAL")
-                connection.executescript(_SCHEMA)
-                self._check_format(connection, create=True)
+                # tables and format in one transaction: a reader sees all or nothing
+                with _Transaction(connection):
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            connection.execute(statement)
+                    self._check_format(connection, create=True)
                 self._connection = connection
             else:
-                # mode=ro: a reader never creates or changes the file
+                # mode=ro: a reader never creates or changes the file; the format is
+                # checked in each snapshot (a new log may have no tables yet)
                 connection = sqlite3.connect(
                     f"file:{self.path}?mode=ro", uri=True, isolation_level=None
                 )
-                self._check_format(connection, create=False)
         except sqlite3.DatabaseError as err:
             raise EpisodataError(
                 f"{self.path}: the episode log cannot be opened ({err}); it holds the episodes "
@@ -303,6 +307,11 @@ class EpisodeLog:
             raise
         try:
             return self._read(connection, need)
+        except sqlite3.DatabaseError as err:
+            raise EpisodataError(
+                f"{self.path}: the episode log cannot be read ({err}); it holds the episodes "
+                "not yet folded into the arrays: restore the dataset from a copy"
+            ) from err
         finally:
             if connection is not self._connection:
                 connection.close()
@@ -311,6 +320,10 @@ class EpisodeLog:
         self, connection: sqlite3.Connection, need: Callable[[LogEntry], int | None] | None
     ) -> list[LogEntry]:
         with _Transaction(connection, read=True):
+            tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if "episodes" not in {name for (name,) in tables}:
+                return []  # a writer is creating the log (its tables come in one commit)
+            self._check_format(connection, create=False)
             entries = [
                 LogEntry(i, s, n, bool(t), bool(u), bool(o), tuple(json.loads(f)))
                 for i, s, n, t, u, o, f in connection.execute(
