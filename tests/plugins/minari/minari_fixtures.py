@@ -438,7 +438,7 @@ def bad(folder: Path, case: str) -> Bad:
     from episodata_core.errors import FormatError
 
     root = folder / case
-    if case in ("jpeg_not_decoded", "corrupt_jpeg"):
+    if case in ("kept_jpeg_damaged", "corrupt_jpeg"):
         image_case(root, "vlen")
     else:
         tiny(root)
@@ -492,8 +492,11 @@ def bad(folder: Path, case: str) -> Bad:
         with h5py.File(data / "main_data.hdf5", "a") as handle:
             handle["episode_1/infos/y"] = np.zeros(5)
         fragment = "episode_1 adds ['infos/y']"
-    elif case == "jpeg_not_decoded":
-        fragment = "observations holds JPEG-encoded images (stored per step as vlen uint8 bytes"
+    elif case == "kept_jpeg_damaged":  # kept bytes are checked too, though not decoded
+        with h5py.File(data / "main_data.hdf5", "a") as handle:
+            handle["episode_1/observations"][2] = np.arange(50, dtype=np.uint8)
+        fragment = "episode_1/observations row 2 does not start like a JPEG image"
+        options = {"decode_images": False}
     elif case == "corrupt_jpeg":
         with h5py.File(data / "main_data.hdf5", "a") as handle:
             handle["episode_1/observations"][2] = np.arange(50, dtype=np.uint8)
@@ -520,6 +523,6 @@ BAD_CASES = (
     "not_hdf5",
     "space_mismatch",
     "leaves_differ",
-    "jpeg_not_decoded",
+    "kept_jpeg_damaged",
     "corrupt_jpeg",
 )

@@ -1,4 +1,4 @@
-"""JPEG-encoded image observations (minari >= 0.5.3, formats.md §4 Images), via Pillow."""
+"""JPEG-encoded image observations (minari >= 0.5.3; docs/minari.md, "Images"), via Pillow."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from episodata_core.errors import FormatError
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["decode_jpeg_rows"]
+__all__ = ["decode_jpeg_rows", "pad_jpeg_rows"]
 
 
 def decode_jpeg_rows(values: Any, shape: tuple[int, ...], where: str) -> npt.NDArray[np.uint8]:
@@ -44,4 +44,17 @@ def decode_jpeg_rows(values: Any, shape: tuple[int, ...], where: str) -> npt.NDA
                 )
             pixels = pixels.reshape(shape)  # a grey image of an (H, W, 1) space
         out[row] = pixels
+    return out
+
+
+def pad_jpeg_rows(values: Any, length: int) -> npt.NDArray[np.uint8]:
+    """The JPEG bytes of each row, zero-padded to ``[N, length]`` uint8 (``decode_images=False``).
+
+    ``values`` is as in :func:`decode_jpeg_rows`. A JPEG decoder stops at the end-of-image
+    marker, so the padding does not change what a row decodes to.
+    """
+    out = np.zeros((len(values), length), dtype=np.uint8)
+    for row, value in enumerate(values):
+        data = np.asarray(value, dtype=np.uint8).reshape(-1)
+        out[row, : data.size] = data
     return out

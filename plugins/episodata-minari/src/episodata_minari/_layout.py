@@ -1,7 +1,8 @@
-"""What ``main_data.hdf5`` holds: episodes, per-row leaves, row counts, the schema (§4).
+"""What ``main_data.hdf5`` holds: episodes, per-row leaves, row counts, the schema.
 
-Everything here reads headers, plus the string columns to size their ``<U w`` dtype.
-Every structural ``FormatError`` of formats.md §4 is raised here, before any data is
+Everything here reads headers, plus the string columns to size their ``<U w`` dtype and,
+with ``decode_images=False``, the JPEG columns to size their byte rows. Every structural
+``FormatError`` (docs/minari.md, "What is checked") is raised here, before any data is
 read: the episode count, row counts, ``total_steps``, the same leaves in every episode,
 and the stored shapes against the spaces of ``metadata.json``.
 """
@@ -35,7 +36,10 @@ SHOWN = 5
 _INDEX = re.compile(r"_index_(\d+)")
 _EPISODE = re.compile(r"episode_(\d+)")
 
-LeafKind = Literal["array", "string", "jpeg"]
+LeafKind = Literal["array", "string", "jpeg", "jpeg_bytes"]
+IMAGE_CHANNELS = (1, 3, 4)
+JPEG_START = b"\xff\xd8\xff"
+"""Every JPEG file starts with these bytes (SOI marker, then the first segment's marker)."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,13 @@ class Leaf:
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     kind: LeafKind = "array"
-    """``string``: vlen strings read as ``<U w``; ``jpeg``: JPEG bytes decoded to ``shape``."""
+    """``string``: vlen strings read as ``<U w``; ``jpeg``: JPEG bytes decoded to ``shape``;
+    ``jpeg_bytes``: JPEG bytes kept, zero-padded to ``shape`` = ``(L,)``."""
     stored_shape: tuple[int, ...] = ()
+    layout: str | None = None
+    low: float | list[Any] | None = None
+    high: float | list[Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,8 +167,13 @@ def inspect_file(handle: Any, source: MinariSource, options: MinariOptions) -> L
             )
     leaves = _leaves(first, source, options, reference)
     widths = _string_widths(handle, entries, leaves)
+    lengths = _jpeg_lengths(handle, entries, leaves, where)
     leaves = [
-        replace(leaf, dtype=np.dtype(f"<U{widths[leaf.source]}")) if leaf.kind == "string" else leaf
+        replace(leaf, dtype=np.dtype(f"<U{widths[leaf.source]}"))
+        if leaf.kind == "string"
+        else replace(leaf, shape=(lengths[leaf.source],))
+        if leaf.kind == "jpeg_bytes"
+        else leaf
         for leaf in leaves
     ]
     layout = Layout(source, entries, leaves, first["rewards"].dtype, warnings)
@@ -369,11 +383,20 @@ def _leaves(
             if kind == "string":
                 leaves.append(Leaf(role, path, key, row, dtype, "string", row))
             elif (image := _jpeg_shape(leaf_space, kind, row, dtype_text, role)) is not None:
-                _allow_jpeg(where, path, dtype_text, image, options)
-                leaves.append(Leaf(role, path, key, image, np.dtype(np.uint8), "jpeg", row))
+                uint8 = np.dtype(np.uint8)
+                if options.decode_images:
+                    _require_pillow(where, path, dtype_text, image)
+                    described = _described(leaf_space, image)
+                    leaves.append(Leaf(role, path, key, image, uint8, "jpeg", row, **described))
+                else:  # the length L is the longest image's, found by _jpeg_lengths
+                    kept = {"encoding": "jpeg", "image_shape": list(image)}
+                    leaves.append(
+                        Leaf(role, path, key, (0,), uint8, "jpeg_bytes", row, metadata=kept)
+                    )
             elif kind == "array":
                 _check_leaf(where, path, row, leaf_space)
-                leaves.append(Leaf(role, path, key, row, dtype, "array", row))
+                described = _described(leaf_space, row)
+                leaves.append(Leaf(role, path, key, row, dtype, "array", row, **described))
             else:
                 raise FormatError(
                     f"{where}: {path} has dtype {dtype_text}, which a field cannot store"
@@ -419,25 +442,36 @@ def _jpeg_shape(
     return space.shape if encoded else None
 
 
-def _allow_jpeg(
-    where: str,
-    path: str,
-    dtype_text: str,
-    image: tuple[int, ...],
-    options: MinariOptions,
-) -> None:
-    if not options.decode_images:
-        raise FormatError(
-            f"{where}: {path} holds JPEG-encoded images (stored per step as {dtype_text} "
-            f"bytes, observation_space Box{list(image)} uint8), as minari "
-            ">= 0.5.3 writes them. Pass decode_images=True to decode them with Pillow (lossy)"
-        )
+def _require_pillow(where: str, path: str, dtype_text: str, image: tuple[int, ...]) -> None:
     require_module(
         "PIL.Image",
-        feature=f"{where}: {path}: decode_images=True decodes the JPEG-encoded images",
-        install="pip install Pillow",
+        feature=(
+            f"{where}: {path} holds JPEG-encoded images (stored per step as {dtype_text} "
+            f"bytes, observation_space Box{list(image)} uint8; pass decode_images=False to "
+            "keep the bytes instead); the importer decodes them"
+        ),
+        install='pip install "episodata[minari]"',
         distribution="Pillow",
     )
+
+
+def _described(space: SpaceLeaf | None, shape: tuple[int, ...]) -> dict[str, Any]:
+    """``layout``, ``low`` and ``high`` of a field from its space, as the gym plugin sets them.
+
+    A uint8 Box shaped like an image (``[H, W, C]`` or ``[C, H, W]`` with 1, 3 or 4
+    channels) gets its axis layout; every Box its finite bounds, every Discrete
+    ``start .. start + n - 1``.
+    """
+    if space is None or space.kind not in ("Box", "Discrete"):
+        return {}
+    layout = None
+    if space.kind == "Box" and space.dtype == "uint8" and len(shape) == 3:
+        # the rule of DatasetSchema.infer and the gym plugin, so the three agree
+        if shape[0] in IMAGE_CHANNELS and shape[2] not in IMAGE_CHANNELS:
+            layout = "CHW"
+        elif shape[2] in IMAGE_CHANNELS:
+            layout = "HWC"
+    return {"layout": layout, "low": space.low, "high": space.high}
 
 
 def _check_leaf(where: str, path: str, row: tuple[int, ...], space: SpaceLeaf | None) -> None:
@@ -463,20 +497,54 @@ def _string_widths(handle: Any, entries: list[EpisodeEntry], leaves: list[Leaf])
     return widths
 
 
+def _jpeg_lengths(
+    handle: Any, entries: list[EpisodeEntry], leaves: list[Leaf], where: str
+) -> dict[str, int]:
+    """The row length ``L`` of each kept JPEG leaf: its longest image in any episode.
+
+    Reads the bytes of vlen columns (their lengths are not in the header) and checks that
+    every stored image starts as a JPEG does, so damaged bytes are refused before a write.
+    """
+    lengths: dict[str, int] = {}
+    for leaf in leaves:
+        if leaf.kind != "jpeg_bytes":
+            continue
+        length = 1
+        for entry in entries:
+            column = handle[entry.name][leaf.source]
+            rows = list(column[()]) if column.ndim == 1 else list(column[:, : len(JPEG_START)])
+            for row, value in enumerate(rows):
+                head = np.asarray(value, dtype=np.uint8)[: len(JPEG_START)].tobytes()
+                if head != JPEG_START:
+                    raise FormatError(
+                        f"{where}: {entry.name}/{leaf.source} row {row} does not start like "
+                        f"a JPEG image (first bytes {head.hex()}); the file is damaged"
+                    )
+            width = column.shape[1] if column.ndim == 2 else max(len(v) for v in rows)
+            length = max(length, int(width))
+        lengths[leaf.source] = length
+    return lengths
+
+
+def _spec(leaf: Leaf) -> FieldSpec:
+    return FieldSpec(
+        leaf.key,
+        shape=leaf.shape,
+        dtype=leaf.dtype,
+        role=leaf.role,
+        layout=leaf.layout,
+        low=leaf.low,
+        high=leaf.high,
+        metadata=leaf.metadata,
+    )
+
+
 def _build_schema(layout: Layout, options: MinariOptions) -> None:
-    specs = [
-        FieldSpec(leaf.key, shape=leaf.shape, dtype=leaf.dtype, role=leaf.role)
-        for leaf in layout.leaves
-        if leaf.role != "info"
-    ]
+    specs = [_spec(leaf) for leaf in layout.leaves if leaf.role != "info"]
     specs.append(
         FieldSpec(options.field_names.reward, shape=(), dtype=layout.reward_dtype, role="reward")
     )
-    specs += [
-        FieldSpec(leaf.key, shape=leaf.shape, dtype=leaf.dtype, role="info")
-        for leaf in layout.leaves
-        if leaf.role == "info"
-    ]
+    specs += [_spec(leaf) for leaf in layout.leaves if leaf.role == "info"]
     sources = {f"{leaf.role}/{leaf.key}": leaf.source for leaf in layout.leaves}
     sources[f"reward/{options.field_names.reward}"] = "rewards"
     try:
