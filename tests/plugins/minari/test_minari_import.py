@@ -187,6 +187,7 @@ def test_import_record(sources):
         "total_steps": 9,
         "jpeg_encoding": False,
         "decoded_images": [],
+        "jpeg_bytes_kept": [],
     }
     assert record["alignment"] == {"source_convention": "action-out", "converted_at_import": True}
     assert record["episodes"] == {"id": [0, 1, 2], "seed": [11, 12, None]}
