@@ -76,7 +76,9 @@ def test_missing_pillow_names_the_install_command(sources, tmp_path, monkeypatch
     destination = tmp_path / "out"
     # images are decoded by default: the error names the extra that installs Pillow
     pattern = r"decode_images=False to keep the bytes .* Pillow, which is not installed: pip "
-    with pytest.raises(MissingDependencyError, match=pattern + re.escape('install "episodata[minari]"')):
+    with pytest.raises(
+        MissingDependencyError, match=pattern + re.escape('install "episodata[minari]"')
+    ):
         episodata.import_dataset("minari", folder, destination)
     assert not destination.exists()
     # keeping the bytes needs no Pillow

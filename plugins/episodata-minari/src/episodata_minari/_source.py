@@ -159,11 +159,15 @@ def _locate(source: str) -> Path:
         if os.environ.get(ROOT_VARIABLE)
         else f"{DEFAULT_ROOT} (${ROOT_VARIABLE} is not set)"
     )
-    others = sorted(
-        str(p.relative_to(root))
-        for p in candidate.parent.glob(f"{candidate.name.rsplit('-v', 1)[0]}-v*")
-        if (p / "data").is_dir()
-    ) if candidate.parent.is_dir() else []
+    others = (
+        sorted(
+            str(p.relative_to(root))
+            for p in candidate.parent.glob(f"{candidate.name.rsplit('-v', 1)[0]}-v*")
+            if (p / "data").is_dir()
+        )
+        if candidate.parent.is_dir()
+        else []
+    )
     raise FileNotFoundError(
         f"{source!r}: no such file or folder, and no Minari dataset with that id in {where}: "
         f"{str(candidate)!r} has no data/ folder"
