@@ -253,7 +253,8 @@ def _walk(space: Any, prefix: str, leaves: dict[str, SpaceLeaf]) -> None:
             _walk(subspace, f"{prefix}/{name}" if prefix else name, leaves)
     elif kind == "Box":
         shape = tuple(int(n) for n in space["shape"])
-        low, high = (_bound(space.get(side)) for side in ("low", "high"))
+        floating = str(space["dtype"]).startswith("float")
+        low, high = (_bound(space.get(side), floating) for side in ("low", "high"))
         leaves[prefix] = SpaceLeaf(kind, shape, str(space["dtype"]), low, high)
     elif kind == "Discrete":
         start = int(space.get("start", 0))
@@ -263,11 +264,12 @@ def _walk(space: Any, prefix: str, leaves: dict[str, SpaceLeaf]) -> None:
         leaves[prefix] = SpaceLeaf(kind)
 
 
-def _bound(values: Any) -> float | list[Any] | None:
+def _bound(values: Any, floating: bool) -> float | list[Any] | None:
     """A Box bound as episodata records it: a scalar when uniform, ``None`` when unbounded.
 
     gymnasium serializes ``low``/``high`` with ``tolist()``, so an unbounded side arrives as
     ``-Infinity``/``Infinity``; the gym plugin records no bound then, and neither do we.
+    The bounds of a float Box are floats, as the gym plugin's are, however JSON wrote them.
     """
     if values is None:
         return None
@@ -284,10 +286,14 @@ def _bound(values: Any) -> float | list[Any] | None:
     if not flat or not all(math.isfinite(v) for v in flat):
         return None
     if all(v == flat[0] for v in flat):
-        scalar: float = flat[0]
+        scalar: float = float(flat[0]) if floating else flat[0]
         return scalar
-    nested: list[Any] = values if isinstance(values, list) else [values]
+    nested: list[Any] = _as_float(values) if floating else values
     return nested
+
+
+def _as_float(values: list[Any]) -> list[Any]:
+    return [_as_float(v) if isinstance(v, list) else float(v) for v in values]
 
 
 def version_is_known(text: str | None) -> bool:
