@@ -1,4 +1,4 @@
-"""Minari fixtures (formats.md §5.4): hand-written dataset folders and their oracles.
+"""Minari fixtures (the design notes' fixture list, §5.4): hand-written dataset folders and their oracles.
 
 Every builder writes a real ``data/main_data.hdf5`` with h5py in the layout minari's
 HDF5 storage writes (one ``episode_{id}`` group with attrs ``id``, ``seed`` and
@@ -262,7 +262,7 @@ def tuple_case(folder: Path) -> Path:
 
 
 def _leaves(value: Any, prefix: str, out: dict[str, np.ndarray]) -> None:
-    """``{field key: array}`` the way §4 names them: Dict keys, Tuple positions, '/'."""
+    """``{field key: array}`` the way docs/minari.md names them: Dict keys, Tuple positions, '/'."""
     if isinstance(value, dict):
         for key, item in value.items():
             _leaves(item, f"{prefix}{key}/", out)

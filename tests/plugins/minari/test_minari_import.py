@@ -1,4 +1,4 @@
-"""Minari importer against the fixtures of formats.md §5.4 and their oracles."""
+"""Minari importer against hand-written fixtures (design notes §5.4) and their oracles."""
 
 from __future__ import annotations
 
