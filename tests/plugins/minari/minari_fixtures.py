@@ -1,4 +1,4 @@
-"""Minari fixtures (the design notes' fixture list, §5.4): hand-written dataset folders and their oracles.
+"""Minari fixtures (design notes §5.4): hand-written dataset folders and their oracles.
 
 Every builder writes a real ``data/main_data.hdf5`` with h5py in the layout minari's
 HDF5 storage writes (one ``episode_{id}`` group with attrs ``id``, ``seed`` and
