@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from episodata_core.errors import FormatError, SchemaError
-from episodata_core.importing import require_module
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_minari._images import image_paths, jpeg_lengths, jpeg_shape, require_pillow
+from episodata_minari._source import described
 
 if TYPE_CHECKING:
     from episodata_minari._options import MinariOptions
@@ -37,9 +38,6 @@ _INDEX = re.compile(r"_index_(\d+)")
 _EPISODE = re.compile(r"episode_(\d+)")
 
 LeafKind = Literal["array", "string", "jpeg", "jpeg_bytes"]
-IMAGE_CHANNELS = (1, 3, 4)
-JPEG_START = b"\xff\xd8\xff"
-"""Every JPEG file starts with these bytes (SOI marker, then the first segment's marker)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def inspect_file(handle: Any, source: MinariSource, options: MinariOptions) -> L
         )
     if not names:
         raise FormatError(f"{where}: main_data.hdf5 holds no episodes")
-    images = _image_paths(source)
+    images = image_paths(source)
     entries: list[EpisodeEntry] = []
     reference: dict[str, tuple[str, tuple[int, ...], str]] = {}
     problems: list[str] = []
@@ -167,7 +165,7 @@ def inspect_file(handle: Any, source: MinariSource, options: MinariOptions) -> L
             )
     leaves = _leaves(first, source, options, reference)
     widths = _string_widths(handle, entries, leaves)
-    lengths = _jpeg_lengths(handle, entries, leaves, where)
+    lengths = jpeg_lengths(handle, entries, leaves, where)
     leaves = [
         replace(leaf, dtype=np.dtype(f"<U{widths[leaf.source]}"))
         if leaf.kind == "string"
@@ -284,15 +282,6 @@ def _child_order(name: str) -> tuple[int, int, str]:
     return (0, int(match.group(1)), "") if match else (1, 0, name)
 
 
-def _image_paths(source: MinariSource) -> set[str]:
-    """Observation leaves whose space is a uint8 image Box: they may hold JPEG bytes."""
-    return {
-        f"observations/{path}" if path else "observations"
-        for path, leaf in (source.observation_space or {}).items()
-        if leaf.kind == "Box" and leaf.dtype == "uint8" and len(leaf.shape or ()) in (2, 3)
-    }
-
-
 def _signature(dataset: Any, image: bool = False) -> tuple[str, tuple[int, ...], str]:
     """``(kind, per-row shape, dtype)`` of a stored leaf; kinds as in :class:`Leaf`.
 
@@ -382,21 +371,21 @@ def _leaves(
             leaf_space = space.get(relative) if space is not None else None
             if kind == "string":
                 leaves.append(Leaf(role, path, key, row, dtype, "string", row))
-            elif (image := _jpeg_shape(leaf_space, kind, row, dtype_text, role)) is not None:
+            elif (image := jpeg_shape(leaf_space, kind, row, dtype_text, role)) is not None:
                 uint8 = np.dtype(np.uint8)
                 if options.decode_images:
-                    _require_pillow(where, path, dtype_text, image)
-                    described = _described(leaf_space, image)
-                    leaves.append(Leaf(role, path, key, image, uint8, "jpeg", row, **described))
-                else:  # the length L is the longest image's, found by _jpeg_lengths
+                    require_pillow(where, path, dtype_text, image)
+                    bounds = described(leaf_space, image)
+                    leaves.append(Leaf(role, path, key, image, uint8, "jpeg", row, **bounds))
+                else:  # the length L is the longest image's, found by jpeg_lengths
                     kept = {"encoding": "jpeg", "image_shape": list(image)}
                     leaves.append(
                         Leaf(role, path, key, (0,), uint8, "jpeg_bytes", row, metadata=kept)
                     )
             elif kind == "array":
                 _check_leaf(where, path, row, leaf_space)
-                described = _described(leaf_space, row)
-                leaves.append(Leaf(role, path, key, row, dtype, "array", row, **described))
+                bounds = described(leaf_space, row)
+                leaves.append(Leaf(role, path, key, row, dtype, "array", row, **bounds))
             else:
                 raise FormatError(
                     f"{where}: {path} has dtype {dtype_text}, which a field cannot store"
@@ -423,57 +412,6 @@ def _check_paths(
     )
 
 
-def _jpeg_shape(
-    space: SpaceLeaf | None, kind: str, row: tuple[int, ...], dtype_text: str, role: str
-) -> tuple[int, ...] | None:
-    """The image shape of a leaf holding JPEG bytes (§4 Images), else ``None``.
-
-    A uint8 image Box (2 or 3 dims) stored with another per-row shape holds JPEG bytes.
-    """
-    if role != "observation" or space is None or space.kind != "Box" or space.shape is None:
-        return None
-    if space.dtype != "uint8" or len(space.shape) not in (2, 3):
-        return None
-    if kind == "vlen":
-        encoded = dtype_text == "vlen uint8" and row == ()
-    else:
-        # 2-D storage: each row holds the bytes of one image, zero-padded to a common length
-        encoded = kind == "array" and dtype_text == "uint8" and len(row) == 1
-    return space.shape if encoded else None
-
-
-def _require_pillow(where: str, path: str, dtype_text: str, image: tuple[int, ...]) -> None:
-    require_module(
-        "PIL.Image",
-        feature=(
-            f"{where}: {path} holds JPEG-encoded images (stored per step as {dtype_text} "
-            f"bytes, observation_space Box{list(image)} uint8; pass decode_images=False to "
-            "keep the bytes instead); the importer decodes them"
-        ),
-        install='pip install "episodata[minari]"',
-        distribution="Pillow",
-    )
-
-
-def _described(space: SpaceLeaf | None, shape: tuple[int, ...]) -> dict[str, Any]:
-    """``layout``, ``low`` and ``high`` of a field from its space, as the gym plugin sets them.
-
-    A uint8 Box shaped like an image (``[H, W, C]`` or ``[C, H, W]`` with 1, 3 or 4
-    channels) gets its axis layout; every Box its finite bounds, every Discrete
-    ``start .. start + n - 1``.
-    """
-    if space is None or space.kind not in ("Box", "Discrete"):
-        return {}
-    layout = None
-    if space.kind == "Box" and space.dtype == "uint8" and len(shape) == 3:
-        # the rule of DatasetSchema.infer and the gym plugin, so the three agree
-        if shape[0] in IMAGE_CHANNELS and shape[2] not in IMAGE_CHANNELS:
-            layout = "CHW"
-        elif shape[2] in IMAGE_CHANNELS:
-            layout = "HWC"
-    return {"layout": layout, "low": space.low, "high": space.high}
-
-
 def _check_leaf(where: str, path: str, row: tuple[int, ...], space: SpaceLeaf | None) -> None:
     if space is None or space.shape is None or row == space.shape:
         return
@@ -495,35 +433,6 @@ def _string_widths(handle: Any, entries: list[EpisodeEntry], leaves: list[Leaf])
             width = max(width, values.dtype.itemsize // 4)
         widths[leaf.source] = width
     return widths
-
-
-def _jpeg_lengths(
-    handle: Any, entries: list[EpisodeEntry], leaves: list[Leaf], where: str
-) -> dict[str, int]:
-    """The row length ``L`` of each kept JPEG leaf: its longest image in any episode.
-
-    Reads the bytes of vlen columns (their lengths are not in the header) and checks that
-    every stored image starts as a JPEG does, so damaged bytes are refused before a write.
-    """
-    lengths: dict[str, int] = {}
-    for leaf in leaves:
-        if leaf.kind != "jpeg_bytes":
-            continue
-        length = 1
-        for entry in entries:
-            column = handle[entry.name][leaf.source]
-            rows = list(column[()]) if column.ndim == 1 else list(column[:, : len(JPEG_START)])
-            for row, value in enumerate(rows):
-                head = np.asarray(value, dtype=np.uint8)[: len(JPEG_START)].tobytes()
-                if head != JPEG_START:
-                    raise FormatError(
-                        f"{where}: {entry.name}/{leaf.source} row {row} does not start like "
-                        f"a JPEG image (first bytes {head.hex()}); the file is damaged"
-                    )
-            width = column.shape[1] if column.ndim == 2 else max(len(v) for v in rows)
-            length = max(length, int(width))
-        lengths[leaf.source] = length
-    return lengths
 
 
 def _spec(leaf: Leaf) -> FieldSpec:

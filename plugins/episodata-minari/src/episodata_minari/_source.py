@@ -24,6 +24,7 @@ __all__ = [
     "MinariSource",
     "SpaceLeaf",
     "datasets_root",
+    "described",
     "resolve_source",
     "space_leaves",
     "version_is_known",
@@ -34,6 +35,8 @@ MAIN_FILE = "main_data.hdf5"
 
 KNOWN_VERSIONS = ((0, 4, 0), (0, 5, 4))
 """The minari releases whose HDF5 layout this importer was checked against (inclusive)."""
+
+IMAGE_CHANNELS = (1, 3, 4)
 
 ROOT_VARIABLE = "MINARI_DATASETS_PATH"
 DEFAULT_ROOT = "~/.minari/datasets"
@@ -294,6 +297,25 @@ def _bound(values: Any, floating: bool) -> float | list[Any] | None:
 
 def _as_float(values: list[Any]) -> list[Any]:
     return [_as_float(v) if isinstance(v, list) else float(v) for v in values]
+
+
+def described(space: SpaceLeaf | None, shape: tuple[int, ...]) -> dict[str, Any]:
+    """``layout``, ``low`` and ``high`` of a field from its space, as the gym plugin sets them.
+
+    A uint8 Box shaped like an image (``[H, W, C]`` or ``[C, H, W]`` with 1, 3 or 4
+    channels) gets its axis layout; every Box its finite bounds, every Discrete
+    ``start .. start + n - 1``.
+    """
+    if space is None or space.kind not in ("Box", "Discrete"):
+        return {}
+    layout = None
+    if space.kind == "Box" and space.dtype == "uint8" and len(shape) == 3:
+        # the rule of DatasetSchema.infer and the gym plugin, so the three agree
+        if shape[0] in IMAGE_CHANNELS and shape[2] not in IMAGE_CHANNELS:
+            layout = "CHW"
+        elif shape[2] in IMAGE_CHANNELS:
+            layout = "HWC"
+    return {"layout": layout, "low": space.low, "high": space.high}
 
 
 def version_is_known(text: str | None) -> bool:
