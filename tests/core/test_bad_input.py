@@ -1238,7 +1238,7 @@ SCHEMA_CASES = [
         "schema-unknown-option",
         lambda e: field(units="m"),
         SchemaError,
-        m("units", "Extra inputs are not permitted"),
+        m("unknown argument 'units'", "valid arguments:", "dtype", "shape"),
     ),
     case(
         "create-without-schema",

@@ -186,7 +186,14 @@ def test_failing_step_is_named_and_error_hook_fires(plugins, source_file, tmp_pa
             ("offset = 1", 'offset = "many"'),
             r"exports\[0\]\.options\.offset: Input should be a valid integer",
         ),
-        (("offset = 1", "offset = 1, bogus = 2"), r"exports\[0\]\.options\.bogus: Extra inputs"),
+        (
+            ("offset = 1", "offset = 1, bogus = 2"),
+            r"exports\[0\]\.options\.bogus: unknown option 'bogus' \(valid options: fail, offset\)",
+        ),
+        (
+            ("offset = 1", "ofset = 1"),
+            r"unknown option 'ofset'; did you mean 'offset'\? \(valid options: fail, offset\)",
+        ),
         (
             ('exporter = "test-count"', 'exporter = "nope"'),
             r"exports\[0\]\.exporter: no exporter named 'nope' \(installed: .*'test-count'",
@@ -211,6 +218,7 @@ def test_failing_step_is_named_and_error_hook_fires(plugins, source_file, tmp_pa
     ids=[
         "option-type",
         "unknown-option",
+        "misspelled-option",
         "unknown-exporter",
         "unknown-importer",
         "import-path",
@@ -269,7 +277,9 @@ def test_bad_backend_option_is_a_located_schema_error(tmp_path):
     from episodata import DatasetSchema, FieldSpec
 
     schema = DatasetSchema([FieldSpec("x", shape=(), dtype="float32")])
-    with pytest.raises(SchemaError, match=r"backend 'npz_directory' option\.bogus: Extra inputs"):
+    with pytest.raises(
+        SchemaError, match=r"backend 'npz_directory' option\.bogus: unknown option 'bogus' \(valid"
+    ):
         Dataset.create(schema, tmp_path / "d", backend="npz_directory", bogus=1)
     assert not (tmp_path / "d").exists()
 
@@ -441,3 +451,44 @@ def test_workdir_resolves_relative_paths_there(plugins, tmp_path, capsys):
     # nothing is written beside the file
     assert sorted(p.name for p in files.iterdir()) == ["pipeline.toml"]
     assert json.loads((work / "counts" / "counts.json").read_text()) == {"stored": 3}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ('importer = "test-npz"', 'importr = "test-npz"'),
+            (
+                r"^pipeline\.source: unknown key 'importr'; did you mean 'importer'\? \(valid keys: "
+                r"dataset, importer, options, path\); a source is importer = NAME with path = FILE, "
+                r"or dataset = PATH$"
+            ),
+        ),
+        (
+            ("[store]", "[stor]"),
+            (
+                r"^pipeline: unknown table 'stor'; did you mean 'store'\? \(valid tables: exports, "
+                r"source, store\)$"
+            ),
+        ),
+        (
+            ('path = "stored"', 'paht = "stored"'),
+            (
+                r"^pipeline\.store: unknown key 'paht'; did you mean 'path'\? \(valid keys: backend, "
+                r"options, path\)$"
+            ),
+        ),
+        (
+            ('exporter = "test-count"', 'exportr = "test-count"'),
+            r"^pipeline\.exports\[0\]: unknown key 'exportr'; did you mean 'exporter'\?",
+        ),
+    ],
+)
+def test_a_typo_names_the_key_the_valid_ones_and_the_closest(tmp_path, edit, message):
+    path = _write(tmp_path, PIPELINE.format(offset=1).replace(*edit))
+    with pytest.raises(SchemaError, match=message) as caught:
+        Pipeline.from_toml(path)
+    text = str(caught.value)
+    assert "ImportSource" not in text  # no internal class names
+    assert "DatasetSource" not in text
+    assert "Extra inputs" not in text

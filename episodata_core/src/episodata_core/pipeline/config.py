@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from episodata_core import registry
-from episodata_core._options import located_errors, validate_options
+from episodata_core._options import located_errors, unknown_key, validate_options
 from episodata_core.errors import SchemaError
 
 __all__ = [
@@ -286,11 +286,56 @@ def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConf
         raise SchemaError(f"pipeline: not valid TOML: {err}") from err
     if "allow_import_paths" in document:
         raise SchemaError(f"pipeline: {_SELF_OPT_IN}")
+    _check_keys(document)
     try:
         config = PipelineConfig.model_validate(document)
     except ValidationError as err:
-        raise SchemaError(located_errors(err, "pipeline")) from err
+        raise SchemaError(located_errors(err, "pipeline", PipelineConfig)) from err
     return _rebase(config, base) if base is not None else config
+
+
+def _check_keys(document: dict[str, Any]) -> None:
+    """Name an unknown key of the file with the valid ones and the closest, before pydantic.
+
+    The source is one of two tables; validated as a union, one typo would come back as
+    errors against both models. Which table is meant is read from its keys first.
+    """
+    tables: dict[str, tuple[type[BaseModel], Any]] = {"store": (StoreConfig, document.get("store"))}
+    source = document.get("source")
+    if isinstance(source, dict):
+        import_keys, dataset_keys = set(ImportSource.model_fields), set(DatasetSource.model_fields)
+        given = set(source)
+        model: type[BaseModel] = (
+            DatasetSource
+            if "dataset" in given or len(given & dataset_keys) > len(given & import_keys)
+            else ImportSource
+        )
+        if "importer" not in given and "dataset" not in given:
+            known = import_keys | dataset_keys
+            stray = sorted(key for key in given if key not in known)
+            first = f"{unknown_key(stray[0], known)}; " if stray else ""
+            raise SchemaError(
+                f"pipeline.source: {first}a source is importer = NAME with path = FILE, "
+                "or dataset = PATH"
+            )
+        tables["source"] = (model, source)
+    for name in document:
+        if name not in PipelineConfig.model_fields:
+            raise SchemaError(
+                f"pipeline: {unknown_key(name, PipelineConfig.model_fields, 'table')}"
+            )
+    for name, (model, table) in tables.items():
+        if isinstance(table, dict):
+            for key in table:
+                if key not in model.model_fields:
+                    raise SchemaError(f"pipeline.{name}: {unknown_key(key, model.model_fields)}")
+    exports = document.get("exports")
+    for number, table in enumerate(exports if isinstance(exports, list) else []):
+        for key in table if isinstance(table, dict) else ():
+            if key not in ExportStep.model_fields:
+                raise SchemaError(
+                    f"pipeline.exports[{number}]: {unknown_key(key, ExportStep.model_fields)}"
+                )
 
 
 def _rebase(config: PipelineConfig, base: Path) -> PipelineConfig:
