@@ -2,7 +2,8 @@
 
 Each verb is one ``_cmd_*`` function taking the parsed arguments and returning an exit
 code, plus one :class:`Command` row in the ``COMMANDS`` table of its module. Exit codes:
-0 success, 1 an episodata error (one line on stderr, no traceback), 2 a usage error.
+0 success, 1 an error (one line on stderr, no traceback; ``--debug`` shows it), 2 a
+usage error. Warnings are printed once each, as ``episodata: warning: ...``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +75,11 @@ def _build_parser() -> argparse.ArgumentParser:
         description="episodata: episodic data for world models, control and RL.",
     )
     parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error instead of its one-line summary",
+    )
     verbs = parser.add_subparsers(
         title="commands", dest="command", metavar="COMMAND", required=True
     )
@@ -90,28 +97,84 @@ def _one_line(message: str) -> str:
     return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
+_OS_FIXES: dict[type[OSError], str] = {
+    FileNotFoundError: "check the path",
+    PermissionError: "choose a location you may write to, or change its permissions",
+    IsADirectoryError: "give a file, not a folder",
+    NotADirectoryError: "a part of the path is a file, not a folder",
+    FileExistsError: "choose a new path",
+}
+
+
+def _describe_os_error(err: OSError) -> str:
+    """``no such file or directory: 'x.hdf5' (check the path)``: what, where and the fix."""
+    if err.strerror is None:  # raised with a message of its own, which says the fix
+        return str(err)
+    what = err.strerror[:1].lower() + err.strerror[1:]
+    where = f": {err.filename!r}" if err.filename else ""
+    fix = next((text for kind, text in _OS_FIXES.items() if isinstance(err, kind)), "")
+    return f"{what}{where}" + (f" ({fix})" if fix else "")
+
+
+def _show_warning(seen: set[str]) -> Callable[..., None]:
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        text = _one_line(str(message))
+        if text not in seen:  # a warning raised once per episode is printed once
+            seen.add(text)
+            print(f"{PROG}: warning: {text}", file=sys.stderr)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``episodata`` command with ``argv`` (default: ``sys.argv[1:]``).
 
-    Returns the exit code: 0 on success, 1 for an episodata error (reported on one
-    line of stderr), 2 for a usage error.
+    Returns the exit code: 0 on success, 1 for an error (reported on one line of
+    stderr, with the full traceback under ``--debug``), 2 for a usage error.
     """
     parser = _build_parser()
+    debug = False
     try:
         args = parser.parse_args(argv)
+        debug = args.debug
         run: Callable[[argparse.Namespace], int] = args.run
-        return run(args)
+        with warnings.catch_warnings():
+            # warnings as one line each, without the source line Python would print
+            # (which is this module's call, not the user's code)
+            warnings.showwarning = _show_warning(set())
+            return run(args)
     except SystemExit as exit_:  # argparse exits for --help, --version and usage errors
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except EpisodataError as err:
+        if debug:
+            raise
         print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        # the reader (e.g. `| head`) went away: stop quietly, as Unix tools do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
+    except OSError as err:
+        if debug or isinstance(err, BrokenPipeError):
+            if isinstance(err, BrokenPipeError):
+                return _broken_pipe()
+            raise
+        print(f"{PROG}: error: {_describe_os_error(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        # a bug (ours or a plugin's): one line that says how to see and report it
+        if debug:
+            raise
+        print(
+            f"{PROG}: error: {type(err).__name__}: {_one_line(str(err))} (an unexpected "
+            "error: run again with --debug for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _broken_pipe() -> int:
+    # the reader (e.g. `| head`) went away: stop quietly, as Unix tools do
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141

@@ -10,8 +10,9 @@ import numpy as np
 
 from episodata_core import registry
 from episodata_core.cli._command import Command, arg, table
+from episodata_core.cli._output import counted, progress_wanted
 from episodata_core.dataset import Dataset
-from episodata_core.errors import EpisodataError
+from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.protocols import SupportsVerify
 
 if TYPE_CHECKING:
@@ -115,6 +116,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if "://" not in args.path and not Path(args.path).exists():
+        # nothing there is not a damaged dataset: say what is wrong, as for any verb
+        raise DatasetStateError(f"cannot verify {args.path!r}: there is no such folder")
     try:
         dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
     except EpisodataError as err:
@@ -136,9 +140,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"DAMAGED {problem}")
     if problems:
-        print(f"{len(problems)} problem(s) found in {args.path}")
+        print(f"{counted(len(problems), 'problem')} found in {args.path}")
         return 1
-    what = f"manifest, index and checksums of {dataset.num_episodes} episodes"
+    what = f"manifest, index and checksums of {counted(dataset.num_episodes, 'episode')}"
     if incomplete is not None:
         print(f"the {what} are intact, but the dataset is incomplete")
         return 1
@@ -152,14 +156,14 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         copy = source.copy_to(
             args.destination,
             backend=args.backend,
-            progress=not args.quiet,
+            progress=progress_wanted(args.quiet),
             resume=args.resume,
         )
         copy.close()
     finally:
         source.close()
     if not args.quiet:
-        print(f"copied {source.num_episodes} episodes to {args.destination}")
+        print(f"copied {counted(source.num_episodes, 'episode')} to {args.destination}")
     return 0
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 from episodata_core.cli._command import Command, arg
+from episodata_core.cli._output import counted, progress_wanted
+from episodata_core.errors import EpisodataImportWarning
 from episodata_core.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -25,12 +28,17 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         for number, step in enumerate(steps, 1):
             print(f"  {number}. {step}")
         return 0
-    result = pipeline.run(progress=not args.quiet)
+    with warnings.catch_warnings():
+        if not args.quiet:
+            # the import summary printed below lists every import warning with its code
+            warnings.simplefilter("ignore", EpisodataImportWarning)
+        result = pipeline.run(progress=progress_wanted(args.quiet))
     if not args.quiet:
         if result.import_report is not None:
             print(result.import_report.summary())
         print(
-            f"dataset: {result.dataset.location or '(in memory)'} ({result.dataset.num_episodes} episodes)"
+            f"dataset: {result.dataset.location or '(in memory)'} "
+            f"({counted(result.dataset.num_episodes, 'episode')})"
         )
         for export in pipeline.config.exports:
             print(f"exported: {export.path} ({export.exporter})")

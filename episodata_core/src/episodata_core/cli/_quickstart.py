@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from episodata_core.cli._command import Command, arg
+from episodata_core.cli._output import counted
 from episodata_core.dataset import Dataset
 from episodata_core.errors import MissingDependencyError
 
@@ -28,24 +30,35 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
         ) from err
     env = gym.make("CartPole-v1")
     path = Path(args.path)
+    seed = args.seed
     if (path / "manifest.json").exists():
         dataset = Dataset.open(path)
-        print(f"appending to the existing dataset {path} ({dataset.num_episodes} episodes)")
+        existing = dataset.num_episodes
+        if seed is None:
+            # the same seed would record the same episodes again: continue after them
+            seed = existing
+            why = f"seed {seed}, after the {existing} episodes already there"
+        else:
+            why = f"seed {seed}, as given"
+        print(f"appending to the existing dataset {path} ({existing} episodes) with {why}")
     else:
         schema = schema_from_gym_spaces(env.observation_space, env.action_space)
         dataset = Dataset.create(schema, path, backend=args.backend)
+        seed = 0 if seed is None else seed
         print(f"created {path} ({dataset.manifest.backend} backend)")
     with dataset:
-        ids = record_episodes(env, dataset, args.episodes, seed=args.seed)
-        print(f"recorded {len(ids)} CartPole-v1 episodes with random actions")
+        ids = record_episodes(env, dataset, args.episodes, seed=seed)
+        print(
+            f"recorded {counted(len(ids), 'CartPole-v1 episode')} with random actions (seed {seed})"
+        )
         segment = dataset.episode(ids[0]).read()
-        print(f"\nepisode {ids[0]}: {len(segment)} transitions")
+        print(f"\nepisode {ids[0]}: {counted(len(segment), 'transition')}")
         for name in ("obs", "action", "reward", "next_obs", "terminated"):
             value = getattr(segment, name)
             print(f"  segment.{name:<11} {value.dtype}{list(value.shape)}")
         same = bool(np.array_equal(segment.next_obs[:-1], segment.obs[1:]))
         print(f"  next_obs[t] == obs[t + 1]: {same}")
-        stream = dataset.segment_stream(sequence_length=32, batch_size=64, seed=args.seed)
+        stream = dataset.segment_stream(sequence_length=32, batch_size=64, seed=seed)
         batch = stream.sample()
         stream.close()
         print("\nstream.sample() with sequence_length=32, batch_size=64:")
@@ -54,8 +67,11 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
             print(f"  batch.{name:<9} {value.dtype}{list(value.shape)}")
         padded = int(np.count_nonzero(~batch.mask))
         print(f"  padded transitions in this batch (mask False): {padded}")
-        print(f"\n{dataset.num_episodes} episodes, {dataset.num_steps} transitions in {path}")
-    print(f"next: episodata info {path}")
+        episodes = counted(dataset.num_episodes, "episode")
+        print(f"\n{episodes}, {counted(dataset.num_steps, 'transition')} in {path}")
+    # in the README's checkout the command lives in uv's environment, not on PATH
+    runner = "uv run --no-dev " if "UV_RUN_RECURSION_DEPTH" in os.environ else ""
+    print(f"next: {runner}episodata info {path}")
     return 0
 
 
@@ -72,12 +88,17 @@ COMMANDS: tuple[Command, ...] = (
             ),
             arg("--backend", help="backend of a new dataset (default: zarr)"),
             arg("--episodes", type=int, default=20, help="episodes to record (default: 20)"),
-            arg("--seed", type=int, default=0, help="seed of env, actions and sampling"),
+            arg(
+                "--seed",
+                type=int,
+                help="seed of env, actions and sampling (default: 0, or the number of "
+                "episodes already there when appending, so a rerun records new episodes)",
+            ),
         ),
         description=(
             "The README quick start in one command: collect CartPole rollouts into a "
-            "dataset (appending if it exists), read an episode as transitions and sample "
-            "a batch of segments."
+            "dataset (appending new episodes if it exists), read an episode as transitions "
+            "and sample a batch of segments."
         ),
     ),
 )

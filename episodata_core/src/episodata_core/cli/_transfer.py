@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from episodata_core.cli._command import Command, arg
 from episodata_core.dataset import Dataset
-from episodata_core.errors import SchemaError
+from episodata_core.errors import EpisodataImportWarning, SchemaError
 from episodata_core.transfer import export_datasets, import_dataset
 
 if TYPE_CHECKING:
@@ -32,9 +33,13 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
-    dataset, report = import_dataset(
-        args.importer, args.source, args.destination, backend=args.backend, **options
-    )
+    with warnings.catch_warnings():
+        if not args.quiet:
+            # the summary printed below lists every import warning with its code
+            warnings.simplefilter("ignore", EpisodataImportWarning)
+        dataset, report = import_dataset(
+            args.importer, args.source, args.destination, backend=args.backend, **options
+        )
     dataset.close()
     if not args.quiet:
         print(report.summary())
