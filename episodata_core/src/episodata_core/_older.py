@@ -11,6 +11,7 @@ checking every header against the schema before it allocates the array.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -206,7 +207,7 @@ def read_npz_members(
                     raise SchemaError(f"{path!r}: member {member!r} is truncated")
                 order = "F" if fortran else "C"
                 out[key] = array.reshape(expected, order=order).copy(order="C")
-    except (zipfile.BadZipFile, OSError, ValueError) as err:
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
         if isinstance(err, SchemaError):
             raise
         raise SchemaError(f"{path!r} is not a readable episode archive ({err})") from err
