@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -12,6 +12,9 @@ from episodata import Dataset
 from episodata_core.errors import SchemaError
 from episodata_core.generations import FORMAT_GENERATION, detect_generation
 from episodata_core.manifest import read_manifest_document
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _episode() -> dict[str, object]:
@@ -39,9 +42,7 @@ def test_new_manifests_name_the_generation_they_are(stored: Path) -> None:
 
 
 @pytest.mark.parametrize("newer", ["0.4", "1.0", "0.3.1"])
-def test_a_newer_generation_is_refused_with_a_message_to_upgrade(
-    stored: Path, newer: str
-) -> None:
+def test_a_newer_generation_is_refused_with_a_message_to_upgrade(stored: Path, newer: str) -> None:
     manifest = stored / "manifest.json"
     document = json.loads(manifest.read_text())
     document["format_generation"] = newer

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict
 
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.manifest import Manifest, Provenance
-from episodata_core.protocols import EpisodeTable, GatherRequest
 from episodata_core.schema import DatasetSchema, FieldSpec
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from episodata_core.protocols import EpisodeRows, Rows
+    from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
 
 __all__ = ["NoOptions", "ReadOnlyBackend", "manifest_from_02", "read_npz_members"]
 

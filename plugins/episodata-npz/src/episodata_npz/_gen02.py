@@ -137,7 +137,9 @@ def open_02(folder: str, document: Mapping[str, Any]) -> OlderDataset:
                 with zipfile.ZipFile(path) as archive:
                     names = set(archive.namelist())
             except (zipfile.BadZipFile, OSError) as err:
-                raise SchemaError(f"{str(path)!r} is not a readable episode archive ({err})") from err
+                raise SchemaError(
+                    f"{str(path)!r} is not a readable episode archive ({err})"
+                ) from err
             for spec in optional:
                 present[spec.qualified_key][number] = f"{spec.key}.npy" in names
     table = EpisodeTable(

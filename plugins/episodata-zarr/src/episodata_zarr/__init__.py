@@ -102,7 +102,9 @@ class ZarrBackend:
         from episodata_zarr._gen02 import open_02
 
         if generation != "0.2":
-            raise SchemaError(f"{location!r}: the zarr backend reads generation 0.2, not {generation}")
+            raise SchemaError(
+                f"{location!r}: the zarr backend reads generation 0.2, not {generation}"
+            )
         return open_02(location, document)
 
     @classmethod

@@ -129,9 +129,13 @@ class Zarr02Backend(ReadOnlyBackend):
                 self._check_process()
                 # every stored row a window covers, and where it lands in the output
                 lengths = counts[picked]
-                within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                within = np.arange(int(lengths.sum())) - np.repeat(
+                    np.cumsum(lengths) - lengths, lengths
+                )
                 batch = np.repeat(picked, lengths)
-                rows = np.repeat(self._starts[request.episodes[picked]] + request.starts[picked], lengths)
+                rows = np.repeat(
+                    self._starts[request.episodes[picked]] + request.starts[picked], lengths
+                )
                 rows += within
                 slots = np.repeat(request.offsets[picked], lengths) + within
                 array[batch, slots] = self._read_rows(key, rows)
@@ -223,10 +227,10 @@ def open_02(folder: str, document: Mapping[str, Any]) -> OlderDataset:
         arrays[spec.qualified_key] = handle
     rows = total or 0
     done = ~ongoing
-    if np.any(lengths < 1) or np.any(
-        done & ((starts < 0) | (starts + lengths > rows))
-    ):
-        bad = int(np.flatnonzero((lengths < 1) | (done & ((starts < 0) | (starts + lengths > rows))))[0])
+    if np.any(lengths < 1) or np.any(done & ((starts < 0) | (starts + lengths > rows))):
+        bad = int(
+            np.flatnonzero((lengths < 1) | (done & ((starts < 0) | (starts + lengths > rows))))[0]
+        )
         raise SchemaError(
             f"{str(root / 'index')!r}: episode {bad} has start {int(starts[bad])} and length "
             f"{int(lengths[bad])}, outside the {rows} stored rows; the index is damaged"
