@@ -186,20 +186,24 @@ def test_a_torchrl_batch_goes_into_replay_buffers_as_is(dataset: Dataset) -> Non
         torch.testing.assert_close(segments[:][key].reshape(td[key].shape), td[key])
 
 
-# TorchRL 0.14's own collector warns about its own default weight updater
-@pytest.mark.filterwarnings("ignore:Creating VanillaWeightUpdater:DeprecationWarning")
+# TorchRL 0.14's own collector warns about its own default weight updaters
+@pytest.mark.filterwarnings("ignore:Creating .*WeightUpdater which inherits:DeprecationWarning")
 @pytest.mark.parametrize("env_name", ["CartPole-v1", "Pendulum-v1"])
 def test_collector_output_round_trips_through_a_dataset(env_name: str) -> None:
     pytest.importorskip("torchrl")
     pytest.importorskip("gymnasium")
-    from torchrl.collectors import SyncDataCollector
+    import torchrl.collectors
     from torchrl.envs import GymEnv
 
     from episodata.utils import batch_to_tensordict, tensordict_to_episodes
 
     env = GymEnv(env_name)
     env.set_seed(0)
-    collector = SyncDataCollector(
+    # TorchRL 0.14 names its single-process collector Collector (SyncDataCollector before)
+    collector_cls = getattr(torchrl.collectors, "Collector", None) or getattr(
+        torchrl.collectors, "SyncDataCollector"
+    )
+    collector = collector_cls(
         env, policy=None, frames_per_batch=300, total_frames=300, max_frames_per_traj=60
     )
     try:

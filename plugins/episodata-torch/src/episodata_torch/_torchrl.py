@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 __all__ = ["tensordict_to_episodes"]
 
-_NOT_OBSERVATIONS = {"reward", "done", "terminated", "truncated", "info", "mask"}
+# flags, rewards and TorchRL's bookkeeping (StepCounter's step_count, collector ids)
+_NOT_OBSERVATIONS = {
+    "reward", "done", "terminated", "truncated", "info", "mask", "step_count", "collector",
+    "is_init",
+}  # fmt: skip
 _TRAJ = ("collector", "traj_ids")
 
 
@@ -55,7 +59,7 @@ def tensordict_to_episodes(
         layout (above), e.g. one batch of a ``SyncDataCollector``.
     observation_keys
         Observation entries (top-level keys also under ``"next"``); default: every such
-        key except ``reward`` and the flags. One key gives a bare ``observations`` array,
+        key except ``reward``, the flags, ``info`` and TorchRL's ``step_count``. One key gives a bare ``observations`` array,
         several a dict keyed by name (nested keys joined by ``/``).
     action_key
         The action entry (a nested TensorDict becomes a dict of actions).
