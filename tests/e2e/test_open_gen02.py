@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -257,3 +260,54 @@ def test_02_datasets_are_recognized_as_generation_02_by_their_layout(
     document = read_manifest_document(str(folder))
     assert "format_generation" not in document  # 0.2 names no generation
     assert detect_generation(str(folder), document) == "0.2"
+
+
+# ``episodata migrate`` in a child process, one commit per episode; prints each source
+# episode it reads, so that the parent can kill it in the middle
+CHILD_MIGRATE = """
+import sys, time
+import episodata_core.dataset
+from episodata_core.cli import main
+from episodata_npz._gen02 import Npz02Backend
+
+episodata_core.dataset.BATCH_BYTES = 1
+read_rows = Npz02Backend.read_rows
+
+def reporting(self, episode, start, stop, fields):
+    print(episode, flush=True)
+    time.sleep(0.05)
+    return read_rows(self, episode, start, stop, fields)
+
+Npz02Backend.read_rows = reporting
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_migration_killed_midway_is_marked_incomplete_and_resumes(tmp_path: Path) -> None:
+    folder = _materialize("from-episodes-npz", tmp_path)
+    target = tmp_path / "migrated"
+    command = ["migrate", str(folder), str(target), "--backend", "zarr", "-q"]
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD_MIGRATE, *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.strip() == "3":  # episodes 0..2 were handed over, 3 is being read
+                break
+        else:
+            pytest.fail(f"the migration ended early (exit {process.wait()})")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    with pytest.raises(DatasetStateError, match=r"incomplete: copy\b.*interrupted after"):
+        Dataset.open(target)
+    partial = Dataset.open(target, read_only=True, allow_incomplete=True)
+    assert 0 < partial.num_episodes < 5
+    partial.close()
+    assert main([*command, "--resume"]) == 0
+    migrated = Dataset.open(target)
+    _check_against_truth(migrated, "from-episodes-npz")
+    migrated.close()
