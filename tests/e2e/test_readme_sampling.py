@@ -210,5 +210,8 @@ def test_tensordict_interop(dataset: Dataset) -> None:
     assert td["observation"].shape == (64, 32, 4)
     assert td["observation"].device.type == DEVICE
     # "Passing the device to batch_to_tensordict preserves the shared observation storage"
-    assert td["observation"].untyped_storage().data_ptr() == td["next_observation"].untyped_storage().data_ptr()
+    assert (
+        td["observation"].untyped_storage().data_ptr()
+        == td["next_observation"].untyped_storage().data_ptr()
+    )
     np.testing.assert_array_equal(td["next_observation"].cpu().numpy(), batch.next_obs)

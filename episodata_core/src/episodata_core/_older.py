@@ -204,8 +204,8 @@ def read_npz_members(
                 array = np.frombuffer(data, dtype=dtype)
                 if array.size != int(np.prod(expected, dtype=np.int64)):
                     raise SchemaError(f"{path!r}: member {member!r} is truncated")
-                order = "F" if fortran else "C"
-                out[key] = array.reshape(expected, order=order).copy(order="C")
+                shaped = array.reshape(expected, order="F") if fortran else array.reshape(expected)
+                out[key] = shaped.copy(order="C")
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
         if isinstance(err, SchemaError):
             raise

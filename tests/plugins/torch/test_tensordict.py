@@ -110,7 +110,9 @@ def test_batch_to_tensordict_nested_roles(dataset: Dataset, device: str) -> None
     for key in ("camera", "state"):
         assert storage(td["observation", key]) == storage(td["next_observation", key])
         np.testing.assert_array_equal(td["observation", key].cpu().numpy(), batch.obs[key])
-        np.testing.assert_array_equal(td["next_observation", key].cpu().numpy(), batch.next_obs[key])
+        np.testing.assert_array_equal(
+            td["next_observation", key].cpu().numpy(), batch.next_obs[key]
+        )
     np.testing.assert_array_equal(
         td["action", "keyboard", "jump"].cpu().numpy(), batch.action.keyboard.jump
     )
@@ -129,7 +131,9 @@ def test_batch_to_tensordict_of_transitions(dataset: Dataset) -> None:
     assert td.batch_size == torch.Size([32])
     assert td["observation", "state"].shape == (32, 5)
     assert storage(td["observation", "state"]) == storage(td["next_observation", "state"])
-    np.testing.assert_array_equal(td["next_observation", "state"].numpy(), transitions.next_obs.state)
+    np.testing.assert_array_equal(
+        td["next_observation", "state"].numpy(), transitions.next_obs.state
+    )
     assert td["mask"].all()
 
 
@@ -231,7 +235,9 @@ def test_in_place_ops_on_a_tensordict_of_a_read_leave_the_dataset_alone(stored: 
         with pytest.raises(ValueError, match="read-only"):
             read.obs += 1
         td = batch_to_tensordict(read)
-        assert storage(td["observation"]) == storage(td["next_observation"])  # still one L + 1 buffer
+        assert storage(td["observation"]) == storage(
+            td["next_observation"]
+        )  # still one L + 1 buffer
         for key in ("observation", "action", "reward"):
             tensor = td.get(key, None)  # a read of some fields lacks the others
             if tensor is not None:

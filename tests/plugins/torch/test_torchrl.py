@@ -70,7 +70,8 @@ def test_the_keys_are_the_02_names(dataset: Dataset) -> None:
         "truncated",
         "mask",
     }
-    assert "obs" not in td.keys() and "next_obs" not in td.keys()
+    assert "obs" not in td
+    assert "next_obs" not in td
 
 
 def test_include_all_observations(dataset: Dataset) -> None:
@@ -95,7 +96,7 @@ def test_alignment_gives_l_plus_1_rows_with_one_placeholder(
     batch = _batch(dataset)
     td = batch_to_tensordict(batch, alignment=alignment)
     assert td.batch_size == torch.Size([6, 6])
-    assert "next_observation" not in td.keys()
+    assert "next_observation" not in td
     np.testing.assert_array_equal(td["observation", "state"].numpy(), batch.all_obs.state)
     np.testing.assert_array_equal(td["info", "level"].numpy(), batch.all_infos.level)
     real = slice(1, None) if alignment.replace("-", "_") == "action_in" else slice(None, -1)
@@ -200,8 +201,8 @@ def test_collector_output_round_trips_through_a_dataset(env_name: str) -> None:
     env = GymEnv(env_name)
     env.set_seed(0)
     # TorchRL 0.14 names its single-process collector Collector (SyncDataCollector before)
-    collector_cls = getattr(torchrl.collectors, "Collector", None) or getattr(
-        torchrl.collectors, "SyncDataCollector"
+    collector_cls = getattr(torchrl.collectors, "Collector", None) or (
+        torchrl.collectors.SyncDataCollector
     )
     collector = collector_cls(
         env, policy=None, frames_per_batch=300, total_frames=300, max_frames_per_traj=60
