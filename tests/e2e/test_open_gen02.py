@@ -311,3 +311,32 @@ def test_a_migration_killed_midway_is_marked_incomplete_and_resumes(tmp_path: Pa
     migrated = Dataset.open(target)
     _check_against_truth(migrated, "from-episodes-npz")
     migrated.close()
+
+
+def test_a_02_zarr_dataset_with_other_shard_sizes_reads_the_same(tmp_path: Path) -> None:
+    # 0.2's chunk_bytes/shard_bytes options give several shard files per array: rewrite
+    # every array of the fixture with zarr-python, 2 rows per chunk and 4 per shard
+    zarr = pytest.importorskip("zarr")
+    folder = _materialize("online-zarr", tmp_path)
+    root = folder / "data.zarr"
+    for meta in sorted(root.rglob("zarr.json")):
+        path = meta.parent
+        source = zarr.open_array(str(path), mode="r")
+        values, fill = source[...], source.fill_value
+        shutil.rmtree(path)
+        target = zarr.create_array(
+            str(path),
+            shape=values.shape,
+            dtype=values.dtype,
+            chunks=(2, *values.shape[1:]),
+            shards=(4, *values.shape[1:]),
+            fill_value=fill,
+            compressors=None,
+            zarr_format=3,
+        )
+        target[...] = values
+    assert len(list((root / "fields" / "camera" / "c").iterdir())) == 5  # 19 rows, 4 a shard
+    for group in (root, root / "fields", root / "index"):
+        (group / "zarr.json").unlink(missing_ok=True)  # 0.2 writes no group metadata
+    dataset = Dataset.open(folder)
+    _check_against_truth(dataset, "online-zarr")

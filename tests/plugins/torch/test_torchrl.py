@@ -122,13 +122,20 @@ def test_bad_option_combinations_are_refused(dataset: Dataset) -> None:
         batch_to_tensordict(batch, include_all_observations=True, alignment="action_in")
     with pytest.raises(SchemaError, match="alignment must be 'action_in' or 'action_out'"):
         batch_to_tensordict(batch, alignment="sideways")
+    with pytest.raises(SchemaError, match="include_all_observations applies to layout='flat'"):
+        batch_to_tensordict(batch, include_all_observations=True, layout="torchrl")
     with pytest.raises(SchemaError, match="layout must be 'flat' or 'torchrl'"):
         batch_to_tensordict(batch, layout="rllib")  # type: ignore[arg-type]
     transitions = dataset.sample_transitions(batch_size=4, seed=0)
     with pytest.raises(SchemaError, match="needs a time axis"):
         batch_to_tensordict(transitions, alignment="action_out")
-    with pytest.raises(SchemaError, match="needs a time axis"):
-        batch_to_tensordict(transitions, include_all_observations=True)
+    # transitions keep their [B]: all_observations holds the two rows each one touches
+    td = batch_to_tensordict(transitions, include_all_observations=True)
+    assert td.batch_size == torch.Size([4])
+    np.testing.assert_array_equal(
+        td["all_observations", "state"].numpy(), transitions.all_obs.state
+    )
+    assert td["all_observations", "state"].shape == (4, 2, 5)
 
 
 def test_torchrl_layout_nests_under_next(dataset: Dataset) -> None:

@@ -72,7 +72,8 @@ def batch_to_tensordict(
     include_all_observations
         Also return ``all_observations`` (and ``all_infos``), the ``L + 1`` rows of the
         observation buffer. The entries then differ in length, so the batch size is
-        ``[B]`` (``[]`` for one segment). Needs a time axis.
+        ``[B]`` (``[]`` for one segment; transitions stay ``[B]``, with the two rows each
+        touches).
     alignment
         ``"action_in"`` or ``"action_out"`` (``"action-in"``/``"action-out"`` too):
         every entry gets ``L + 1`` rows, batch size ``[B, L + 1]``. ``observation`` (and
@@ -138,7 +139,8 @@ def batch_to_tensordict(
         source["all_observations"] = _nested(moved.all_obs)
         with contextlib.suppress(AttributeError):  # no info fields
             source["all_infos"] = _nested(moved.all_infos)
-        batch_size = batch_size[:-1]
+        if not getattr(batch, "squeezed", False):
+            batch_size = batch_size[:-1]  # L + 1 rows beside L: only [B] is common to all
     return tensordict.TensorDict(source, batch_size=batch_size, device=device)
 
 
@@ -150,6 +152,11 @@ def _check_options(
         raise SchemaError(f"layout must be 'flat' or 'torchrl', got {layout!r}")
     if alignment is None and not include_all:
         return None
+    if include_all and layout != "flat":
+        raise SchemaError(
+            "include_all_observations applies to layout='flat' only: TorchRL's layout keeps "
+            "each step's observation and ('next', 'observation')"
+        )
     # sampled transitions have their time axis squeezed away
     time_axis = not getattr(batch, "squeezed", False)
     if alignment is not None:
@@ -165,10 +172,9 @@ def _check_options(
             )
         if layout != "flat":
             raise SchemaError("alignment applies to layout='flat' only")
-    if not time_axis:
-        what = "alignment" if alignment is not None else "include_all_observations"
+    if alignment is not None and not time_axis:
         raise SchemaError(
-            f"{what} needs a time axis, and these transitions have none; sample segments "
+            "alignment needs a time axis, and these transitions have none; sample segments "
             "(segment_stream) instead"
         )
     return None if alignment is None else _ALIGNMENTS[alignment]
