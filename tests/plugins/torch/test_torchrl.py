@@ -250,6 +250,27 @@ def test_collector_output_round_trips_through_a_dataset(env_name: str) -> None:
     torch.testing.assert_close(first["next", "done"], td["next", "done"][:steps])
 
 
+def test_an_episode_in_torchrl_layout_round_trips_with_nested_fields(dataset: Dataset) -> None:
+    from episodata.utils import batch_to_tensordict, tensordict_to_episodes
+
+    for index in range(dataset.num_episodes):
+        want = dataset.episode(index).read()
+        td = batch_to_tensordict(want, layout="torchrl")
+        (episode,) = tensordict_to_episodes(td)
+        assert sorted(episode["observations"]) == ["camera", "state"]
+        assert sorted(episode["actions"]) == ["keyboard/jump", "move"]
+        got = Dataset.from_episodes([episode]).episode(0).read()
+        for key in ("camera", "state"):
+            np.testing.assert_array_equal(got.all_obs[key], want.all_obs[key])
+        np.testing.assert_array_equal(got.action.move, want.action.move)
+        np.testing.assert_array_equal(got.action.keyboard.jump, want.action.keyboard.jump)
+        np.testing.assert_array_equal(got.reward, want.reward)
+        assert (got.terminated[-1], got.truncated[-1]) == (
+            want.terminated[-1],
+            want.truncated[-1],
+        )
+
+
 def test_episodes_of_several_environments_and_trajectory_ids() -> None:
     from episodata.utils import tensordict_to_episodes
 

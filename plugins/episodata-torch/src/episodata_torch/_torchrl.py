@@ -150,7 +150,7 @@ def _split(
     actions = env.get(action_key)
     action_arrays: Any = (
         {_leaf_name(k): _array(actions.get(k)) for k in actions.keys(True, True)}
-        if hasattr(actions, "batch_size") and not hasattr(actions, "dtype")
+        if hasattr(actions, "keys")  # a TensorDict of several actions; a tensor has no keys
         else _array(actions)
     )
     rewards = _array(following.get(reward_key))
