@@ -196,7 +196,11 @@ SECTIONS: tuple[Section, ...] = (
                 "",
                 ("episodata_gym:schema_from_gym_spaces", "episodata_gym:record_episodes"),
             ),
-            Group("PyTorch (`episodata[torch]`)", "", ("episodata_torch:batch_to_tensordict",)),
+            Group(
+                "PyTorch (`episodata[torch]`)",
+                "",
+                ("episodata_torch:batch_to_tensordict", "episodata_torch:tensordict_to_episodes"),
+            ),
         ),
     ),
     Section(

@@ -57,12 +57,21 @@ class _VersionAction(argparse.Action):
 
 def _commands() -> tuple[Command, ...]:
     # each verb module is imported only when the parser is built
-    from episodata_core.cli import _datasets, _pipeline, _plugins, _quickstart, _report, _transfer
+    from episodata_core.cli import (
+        _datasets,
+        _migrate,
+        _pipeline,
+        _plugins,
+        _quickstart,
+        _report,
+        _transfer,
+    )
 
     return (
         *_quickstart.COMMANDS,
         *_datasets.COMMANDS,
         *_transfer.COMMANDS,
+        *_migrate.COMMANDS,
         *_pipeline.COMMANDS,
         *_plugins.COMMANDS,
         *_report.COMMANDS,

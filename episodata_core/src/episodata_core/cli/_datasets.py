@@ -63,7 +63,7 @@ def describe(dataset: Dataset) -> str:
     }
     lines.append(
         f"backend: {manifest.backend} ({installed.get(manifest.backend, 'not installed')}), "
-        f"format version {manifest.format_version}"
+        f"format version {manifest.format_version}, generation {manifest.format_generation}"
     )
     lines.append(
         f"episodes: {len(table_)} ({finalized} finalized: {terminated} terminated, "

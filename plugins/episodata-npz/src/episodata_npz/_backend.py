@@ -32,11 +32,12 @@ from episodata_npz._spills import write_spill
 from episodata_npz._verify import verify_folder
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Self
 
     import numpy.typing as npt
 
+    from episodata_core.generations import OlderDataset
     from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
 
@@ -77,6 +78,20 @@ class NpzDirectoryBackend:
     name: ClassVar[str] = "npz_directory"
     description: ClassVar[str] = "one compressed .npz archive per episode; numpy.load reads them"
     Options: ClassVar[type[BaseModel]] = NpzDirectoryOptions
+    older_generations: ClassVar[tuple[str, ...]] = ("0.2",)
+
+    @classmethod
+    def open_generation(
+        cls, location: str, generation: str, document: Mapping[str, Any]
+    ) -> OlderDataset:
+        """Open a dataset written by episodata 0.2.0 read-only (:mod:`episodata_npz._gen02`)."""
+        from episodata_npz._gen02 import open_02
+
+        if generation != "0.2":
+            raise SchemaError(
+                f"{location!r}: the npz_directory backend reads generation 0.2, not {generation}"
+            )
+        return open_02(location, document)
 
     def __init__(
         self, root: Path, schema: DatasetSchema, options: NpzDirectoryOptions, *, writable: bool

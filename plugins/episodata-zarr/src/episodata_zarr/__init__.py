@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
+    from episodata_core.generations import OlderDataset
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
     from episodata_zarr._forked import RemoteStore
@@ -88,9 +89,23 @@ class ZarrBackend:
         "Zarr v3 arrays on disk through TensorStore; chunked, compressed, checksummed"
     )
     Options: ClassVar[type[BaseModel]] = ZarrOptions
+    older_generations: ClassVar[tuple[str, ...]] = ("0.2",)
 
     def __init__(self, store: ZarrStore | RemoteStore) -> None:
         self._store = store
+
+    @classmethod
+    def open_generation(
+        cls, location: str, generation: str, document: Mapping[str, Any]
+    ) -> OlderDataset:
+        """Open a dataset written by episodata 0.2.0 read-only (:mod:`episodata_zarr._gen02`)."""
+        from episodata_zarr._gen02 import open_02
+
+        if generation != "0.2":
+            raise SchemaError(
+                f"{location!r}: the zarr backend reads generation 0.2, not {generation}"
+            )
+        return open_02(location, document)
 
     @classmethod
     def create(cls, schema: DatasetSchema, location: str | None, options: BaseModel) -> Self:
