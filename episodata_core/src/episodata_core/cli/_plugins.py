@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from episodata_core import registry
 from episodata_core._plugins import KINDS
-from episodata_core.cli._command import Command, arg, table
+from episodata_core.cli._command import Verb, arg, table
 from episodata_core.errors import EpisodataPluginWarning, PluginError
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def _load_all(kind: registry.PluginKind | None) -> None:
             hooks.get_plugin_manager()
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "plugins",
         help="list installed plugins: name, kind, distribution==version, status",
         run=_cmd_plugins,
