@@ -253,6 +253,12 @@ SECTIONS: tuple[Section, ...] = (
                 ),
             ),
             Group(
+                "Helpers for command authors",
+                "A verb of the `episodata` command, named by an `episodata.commands` entry "
+                "point, in `episodata_core.commands`.",
+                tuple(f"episodata_core.commands:{name}" for name in ("Command", "Arg", "arg")),
+            ),
+            Group(
                 "Registry",
                 "Entry-point discovery and lookup, in `episodata_core.registry`. Nothing is "
                 "read at import; the first lookup reads the entry points once.",
@@ -263,12 +269,14 @@ SECTIONS: tuple[Section, ...] = (
                         "get_sampler",
                         "get_importer",
                         "get_exporter",
+                        "get_command",
                         "list_plugins",
                         "PluginInfo",
                         "register_backend",
                         "register_sampler",
                         "register_importer",
                         "register_exporter",
+                        "register_command",
                         "unregister",
                         "prefer_plugin",
                         "refresh_plugins",
@@ -951,9 +959,21 @@ def _cli(page: Page) -> None:
         "The `episodata` command (`python -m episodata_core.cli` works too). Exit codes: 0 "
         "on success, 1 for an episodata error (one line on stderr, no traceback), 2 for a "
         "usage error. `episodata --version` prints the versions of episodata-core and "
-        "episodata.",
+        "episodata. `report` and `quickstart` come from the episodata-report and "
+        "episodata-gym plugins (`episodata.commands` entry points); `episodata --help` "
+        "lists the verbs of every installed plugin.",
     )
+    # the core's verbs and those of the distributions in plugins/; a contrib or third-party
+    # verb (episodata.commands) is documented by its own distribution
+    workspace = {folder.name for folder in (ROOT / "plugins").iterdir()}
+    documented = {
+        verb.name
+        for verb in cli._verbs()
+        if verb.origin is None or verb.origin.split()[0] in workspace
+    }
     for name, sub in subparsers.choices.items():
+        if name not in documented:
+            continue
         sub.formatter_class = formatter
         page.add("", f"### `episodata {name}`", "")
         if sub.description:
