@@ -35,7 +35,9 @@ def test_help_lists_the_third_party_verb() -> None:
     done = _episodata("--help")
 
     assert (done.returncode, done.stderr) == (0, "")
-    assert re.search(r"^    hdf5-commit\n\s+print the committed episodes", done.stdout, re.M)
+    assert re.search(
+        r"^    hdf5-commit\n\s+print the committed episodes", done.stdout, re.MULTILINE
+    )
     assert "[episodata-plugin-example]" in done.stdout
 
 
@@ -59,7 +61,7 @@ def test_the_verb_reads_the_commit_counter_of_a_real_file(tmp_path: Path) -> Non
     lines = done.stdout.splitlines()
     # one row per step plus the reset row of each episode (the layout of docs/formats.md)
     assert lines[0] == f"committed: {len(lengths)} episodes, {sum(lengths) + len(lengths)} rows"
-    assert {line for line in lines[1:]} >= {"field: observation/state", "field: action/action"}
+    assert set(lines[1:]) >= {"field: observation/state", "field: action/action"}
 
 
 def test_a_folder_without_data_h5_is_a_one_line_error(tmp_path: Path) -> None:

@@ -37,8 +37,7 @@ class CommitCommand:
         file = Path(args.path) / DATA_NAME
         if not file.is_file():
             raise DatasetStateError(
-                f"{file} does not exist; pass the folder of a dataset created with "
-                f'backend="hdf5"'
+                f'{file} does not exist; pass the folder of a dataset created with backend="hdf5"'
             )
         with h5py.File(file, "r") as handle:
             episodes, rows = read_commit(handle["commit"])

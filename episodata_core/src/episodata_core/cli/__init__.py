@@ -134,9 +134,7 @@ def _build_parser() -> argparse.ArgumentParser:
         title="commands", dest="command", metavar="COMMAND", required=True
     )
     for verb in _verbs():
-        sub = verbs.add_parser(
-            verb.name, help=verb.help, description=verb.description or verb.help
-        )
+        sub = verbs.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
         for argument in verb.arguments:
             sub.add_argument(*argument.flags, **argument.options)
         sub.set_defaults(run=verb.run)
