@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from episodata import Dataset, DatasetSchema, FieldSpec
+from episodata_core.testing import CommandTests
+
+from episodata_plugin_example._command import CommitCommand
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,3 +76,9 @@ def test_a_folder_without_data_h5_is_a_one_line_error(tmp_path: Path) -> None:
         f"episodata: error: {tmp_path / 'data.h5'} does not exist; pass the folder of a "
         'dataset created with backend="hdf5"\n'
     )
+
+
+class TestCommitCommand(CommandTests[CommitCommand]):
+    """The kit's checks of a command plugin: discoverable, named, light, in --help."""
+
+    command_cls = CommitCommand

@@ -24,9 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +31,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from episodata_core import registry
 from episodata_core.dataset import Dataset
@@ -45,6 +41,7 @@ from episodata_core.errors import (
     PluginError,
 )
 from episodata_core.protocols import Importer
+from episodata_core.testing.packaging import PackagingTests
 from episodata_core.transfer import import_dataset
 from episodata_core.views import FieldGroup
 
@@ -60,7 +57,6 @@ if TYPE_CHECKING:
     from episodata_core.views import TransitionView
 
 __all__ = [
-    "HEAVY_MODULES",
     "BadSource",
     "ExpectedEpisode",
     "ExpectedImport",
@@ -70,14 +66,12 @@ __all__ = [
     "assert_report_fields",
     "assert_report_matches",
     "backend_problem",
-    "check_entry_point_is_light",
     "checked_import",
 ]
 
 ImporterT = TypeVar("ImporterT", bound=Importer)
 
 #: modules that importing a plugin's entry-point module must not pull in (architecture.md)
-HEAVY_MODULES = ("h5py", "hdf5plugin", "tensorstore", "zarr", "torch", "tensordict", "gymnasium")
 
 Arrays: TypeAlias = "Mapping[str, npt.NDArray[Any]]"
 
@@ -350,45 +344,6 @@ def checked_import(
     return dataset, report
 
 
-# -- packaging checks shared with ExporterTests -------------------------------------------
-
-_LIGHT_PROBE = textwrap.dedent(
-    """
-    import importlib, json, sys
-    module = importlib.import_module({module!r})
-    plugin = module
-    for part in {attr!r}.split("."):
-        plugin = getattr(plugin, part)
-    # reading the declared metadata must stay light too
-    plugin.Options.model_json_schema()
-    print(json.dumps([name for name in {heavy!r} if name in sys.modules]))
-    """
-)
-
-
-def _entry_point(kind: PluginKind, cls: type) -> tuple[str, str]:
-    """``(module, attribute)`` of the entry point that provides ``cls``."""
-    for info in registry.list_plugins(kind):
-        if info.name == getattr(cls, "name", None) and ":" in info.value:
-            module, attr = info.value.split(":", 1)
-            return module, attr
-    return cls.__module__, cls.__qualname__
-
-
-def check_entry_point_is_light(kind: PluginKind, cls: type, heavy: Sequence[str]) -> None:
-    """Importing the entry-point module of ``cls`` in a fresh interpreter imports no ``heavy``."""
-    module, attr = _entry_point(kind, cls)
-    probe = _LIGHT_PROBE.format(module=module, attr=attr, heavy=tuple(heavy))
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = json.loads(result.stdout.splitlines()[-1])
-    assert loaded == [], (
-        f"importing {module} (entry point of {kind} {cls.__name__}) imported {loaded}"
-    )
-
-
 def backend_problem(name: str) -> str | None:
     """Why backend ``name`` cannot be used here, or ``None`` when it loads."""
     try:
@@ -403,17 +358,23 @@ def backend_problem(name: str) -> str | None:
 Case = tuple[str, ExpectedImport]
 
 
-class ImporterTests(Generic[ImporterT]):
+class ImporterTests(PackagingTests, Generic[ImporterT]):
     """Conformance tests for an :class:`~episodata_core.protocols.Importer`.
 
     Subclasses set ``importer_cls`` and implement :meth:`import_cases`; they may
     implement :meth:`bad_sources`, set ``persistent_backends`` and ``heavy_modules``.
     """
 
-    importer_cls: ClassVar[type[Any]]
+    plugin_kind: ClassVar[PluginKind] = "importer"
+    importer_cls: type[ImporterT]
+    """The importer class under test (set it in the subclass's body)."""
     #: backends the persistent-import test tries (each skipped when not installed)
     persistent_backends: ClassVar[tuple[str, ...]] = ("npz_directory", "zarr")
-    heavy_modules: ClassVar[tuple[str, ...]] = HEAVY_MODULES
+
+    @property
+    def plugin_cls(self) -> type:
+        """The class the packaging tests check: :attr:`importer_cls`."""
+        return self.importer_cls
 
     # -- hooks a subclass implements ------------------------------------------------------
 
@@ -477,24 +438,6 @@ class ImporterTests(Generic[ImporterT]):
             assert len(column) == count, f"{where}: provenance column {name!r}"
         for name, column in expected.provenance.items():
             assert columns[name] == list(column), f"{where}: provenance column {name!r}"
-
-    # -- plugin contract ------------------------------------------------------------------
-
-    def test_declares_plugin_metadata(self) -> None:
-        cls = self.importer_cls
-        assert isinstance(cls.name, str)
-        assert cls.name
-        assert isinstance(cls.description, str)
-        assert cls.description
-        cls.Options()  # every option has a default: `episodata import NAME SOURCE DEST`
-        with pytest.raises(ValidationError, match="no_such_option"):
-            cls.Options(no_such_option=1)
-
-    def test_registered_under_its_name(self) -> None:
-        assert registry.get_importer(self.importer_cls.name) is self.importer_cls
-
-    def test_entry_point_module_is_light(self) -> None:
-        check_entry_point_is_light("importer", self.importer_cls, self.heavy_modules)
 
     # -- imports against the oracle -------------------------------------------------------
 
