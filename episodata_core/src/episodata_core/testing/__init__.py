@@ -13,11 +13,11 @@ from episodata_core.testing.command import CommandTests
 from episodata_core.testing.concurrent_readers import ConcurrentReaderTests
 from episodata_core.testing.examples import example_rows, example_schema
 from episodata_core.testing.exporter import ExportCase, ExporterTests, FailingExport
-from episodata_core.testing.importer import (
+from episodata_core.testing.importer import ImporterTests
+from episodata_core.testing.oracle import (
     BadSource,
     ExpectedEpisode,
     ExpectedImport,
-    ImporterTests,
     assert_dataset_matches,
     assert_episode_matches,
     assert_report_matches,

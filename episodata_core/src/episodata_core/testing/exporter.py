@@ -36,7 +36,7 @@ import pytest
 
 from episodata_core.errors import EpisodataError
 from episodata_core.protocols import Exporter
-from episodata_core.testing.importer import (
+from episodata_core.testing.oracle import (
     ExpectedImport,
     assert_dataset_matches,
     assert_report_matches,
