@@ -253,6 +253,15 @@ SECTIONS: tuple[Section, ...] = (
                 ),
             ),
             Group(
+                "Helpers for plugin authors",
+                "The modules a plugin may import are `episodata_core.authoring.PLUGIN_SURFACE`; "
+                "the helpers they share live in `episodata_core.authoring`.",
+                tuple(
+                    f"episodata_core.authoring:{name}"
+                    for name in ("coerce_options", "Growable", "check_rows", "check_fields")
+                ),
+            ),
+            Group(
                 "Helpers for command authors",
                 "A verb of the `episodata` command, named by an `episodata.commands` entry "
                 "point, in `episodata_core.commands`.",
@@ -384,9 +393,31 @@ SECTIONS: tuple[Section, ...] = (
                         "BackendTests",
                         "PersistentBackendTests",
                         "SamplerTests",
+                        "CommandTests",
                         "example_schema",
                         "example_rows",
                     )
+                ),
+            ),
+            Group(
+                "Packaging checks",
+                "The checks every kit class runs, in `episodata_core.testing.packaging`.",
+                tuple(
+                    f"episodata_core.testing.packaging:{name}"
+                    for name in (
+                        "PackagingTests",
+                        "check_entry_point_discoverable",
+                        "check_entry_point_is_light",
+                    )
+                ),
+            ),
+            Group(
+                "Hypothesis strategies",
+                "Schemas and episodes for property tests, in "
+                "`episodata_core.testing.strategies` (needs Hypothesis).",
+                tuple(
+                    f"episodata_core.testing.strategies:{name}"
+                    for name in ("schemas", "episodes", "field_values")
                 ),
             ),
             Group(

@@ -137,6 +137,8 @@ class PackagingTests:
     plugin_kind: ClassVar[PluginKind]
     heavy_modules: ClassVar[tuple[str, ...]] = HEAVY_MODULES
     """Modules the entry-point module must not import."""
+    installed: ClassVar[bool] = True
+    """False for a class registered at runtime only: the entry-point checks are skipped."""
 
     @property
     def plugin_cls(self) -> type:
@@ -163,8 +165,14 @@ class PackagingTests:
         cls = self.plugin_cls
         assert _GETTERS[self.plugin_kind](getattr(cls, "name", "")) is cls
 
+    def _require_installed(self) -> None:
+        if not self.installed:
+            pytest.skip(f"{self.plugin_cls.__name__} is registered at runtime (installed = False)")
+
     def test_entry_point_is_discoverable(self) -> None:
+        self._require_installed()
         check_entry_point_discoverable(self.plugin_kind, self.plugin_cls)
 
     def test_entry_point_module_is_light(self) -> None:
+        self._require_installed()
         check_entry_point_is_light(self.plugin_kind, self.plugin_cls, self.heavy_modules)

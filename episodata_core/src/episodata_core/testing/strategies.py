@@ -55,9 +55,13 @@ def _field(draw: st.DrawFn, role: Role, key: str) -> FieldSpec:
     return FieldSpec(key, shape=shape, dtype=dtype, role=role, optional=optional)
 
 
+def schemas(*, max_fields_per_role: int = 3) -> st.SearchStrategy[DatasetSchema]:
+    """Schemas with 1 to ``max_fields_per_role`` observations and up to as many of each other role."""
+    return _schemas(max_fields_per_role)
+
+
 @st.composite
-def schemas(draw: st.DrawFn, *, max_fields_per_role: int = 3) -> DatasetSchema:
-    """A schema with 1 to ``max_fields_per_role`` observations and up to as many of each other role."""
+def _schemas(draw: st.DrawFn, max_fields_per_role: int) -> DatasetSchema:
     fields: list[FieldSpec] = []
     for role, pool in _KEYS.items():
         keys = draw(
@@ -82,13 +86,18 @@ def field_values(spec: FieldSpec, num_rows: int) -> st.SearchStrategy[npt.NDArra
     return hnp.arrays(dtype, (num_rows, *spec.shape), elements=elements)
 
 
-@st.composite
-def episodes(draw: st.DrawFn, schema: DatasetSchema, *, max_steps: int = 8) -> EpisodeRows:
-    """One complete episode of ``schema``: 0 to ``max_steps`` transitions, random flags.
+def episodes(schema: DatasetSchema, *, max_steps: int = 8) -> st.SearchStrategy[EpisodeRows]:
+    """Complete episodes of ``schema``: 0 to ``max_steps`` transitions, random flags.
 
-    Row 0 is the reset row; its action and reward rows are zero, as the writers store
-    them. Each optional field is present or absent for the whole episode.
+    Each is the ``[T + 1, ...]`` storage rows of every field; row 0 is the reset row,
+    whose action and reward rows are zero, as the writers store them. Each optional
+    field is present or absent for the whole episode.
     """
+    return _episodes(schema, max_steps)
+
+
+@st.composite
+def _episodes(draw: st.DrawFn, schema: DatasetSchema, max_steps: int) -> EpisodeRows:
     num_rows = draw(st.integers(0, max_steps)) + 1
     rows: dict[str, npt.NDArray[Any]] = {}
     for spec in schema:
