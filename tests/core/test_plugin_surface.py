@@ -181,3 +181,12 @@ def test_check_fields_raises_the_class_asked_for():
         match=r"^episode 1: rows for \['a'\] do not match the episode's fields \['a', 'b'\]$",
     ):
         check_fields(["a"], ["a", "b"], "episode 1", error=DatasetStateError)
+
+
+def test_growable_copy_of_owns_its_rows():
+    rows = np.arange(6, dtype=np.int32).reshape(3, 2)
+    grow = Growable.copy_of(rows, capacity=1)
+    rows[0] = 99  # the caller may reuse its arrays
+    grow.append([7, 8])
+    np.testing.assert_array_equal(grow.view(), [[0, 1], [2, 3], [4, 5], [7, 8]])
+    assert grow.view().dtype == np.int32

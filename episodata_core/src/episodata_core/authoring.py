@@ -110,6 +110,13 @@ class Growable:
         grow.data, grow.size = rows, len(rows)
         return grow
 
+    @classmethod
+    def copy_of(cls, rows: npt.NDArray[Any], capacity: int = 16) -> Growable:
+        """A buffer holding a copy of ``rows`` (``[n, *shape]``), room for ``capacity`` rows."""
+        grow = cls(rows.shape[1:], rows.dtype, max(capacity, len(rows)))
+        grow.extend(rows)
+        return grow
+
     def __len__(self) -> int:
         return self.size
 

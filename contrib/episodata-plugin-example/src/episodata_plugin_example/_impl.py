@@ -214,11 +214,9 @@ class Store:
             if episode < len(self._index) and self._index.known.data[episode]:
                 continue  # finalized after that flush; the record supersedes the spill
             num_rows = len(next(iter(rows.values())))
-            buffers = {}
-            for key, block in rows.items():
-                grow = Growable(block.shape[1:], block.dtype, max(16, num_rows))
-                grow.extend(block)
-                buffers[key] = grow
+            buffers = {
+                key: Growable.copy_of(block, max(16, num_rows)) for key, block in rows.items()
+            }
             self._index.put(
                 episode,
                 row_start=ONGOING,
@@ -364,11 +362,7 @@ class Store:
         """Begin an ongoing episode in memory; nothing is written until a flush or commit."""
         self._check_writable()
         num_rows = check_rows(rows, self._specs, "a new episode")
-        buffers = {}
-        for key, block in rows.items():
-            grow = Growable(block.shape[1:], block.dtype, max(16, num_rows))
-            grow.extend(block)
-            buffers[key] = grow
+        buffers = {key: Growable.copy_of(block, max(16, num_rows)) for key, block in rows.items()}
         episode = len(self._index)
         self._index.put(
             episode,

@@ -211,11 +211,7 @@ class NpzDirectoryBackend:
         """Begin an ongoing episode in memory; nothing is written until a flush or commit."""
         self._check_writable()
         num_rows = check_rows(rows, self._specs, "a new episode")
-        buffers = {}
-        for key, block in rows.items():
-            grow = Growable(block.shape[1:], block.dtype, max(16, num_rows))
-            grow.extend(block)
-            buffers[key] = grow
+        buffers = {key: Growable.copy_of(block, max(16, num_rows)) for key, block in rows.items()}
         episode = len(self._index)
         self._index_ongoing(episode, num_rows - 1, rows)
         self._ongoing[episode] = Ongoing(buffers, num_rows)
