@@ -79,6 +79,21 @@ def test_strict_plugins_makes_a_broken_command_a_one_line_error(
     assert re.match(r"episodata: error: command 'broken' .* failed to import", err)
 
 
+def test_plugins_check_loads_command_plugins(hermetic_registry, capsys):
+    hermetic_registry(FAKE_DISTS / "commands")
+
+    with pytest.warns(EpisodataPluginWarning, match="skipped command plugin"):
+        assert main(["plugins", "--kind", "command", "--check"]) == 1
+
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^hello\s+command\s+episodata-fake-commands==0.1\s+loaded$", out, re.MULTILINE
+    )
+    assert re.search(
+        r"^broken\s+command\s+episodata-fake-commands==0.1\s+broken$", out, re.MULTILINE
+    )
+
+
 def test_runtime_registered_command_runs(capsys):
     @registry.register_command
     class Echo:
