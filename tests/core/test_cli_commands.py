@@ -55,12 +55,14 @@ def test_a_fake_distribution_adds_a_verb_and_bad_ones_are_skipped(
     verbs = re.findall(r"^    (\S+)", out, re.MULTILINE)
     assert verbs == ["info", "verify", "copy", "import", "export", "pipeline", "plugins", "hello"]
     messages = sorted(str(w.message) for w in recwarn if w.category is EpisodataPluginWarning)
-    assert len(messages) == 3, messages
+    assert len(messages) == 4, messages
+    assert re.search(r"command 'badargs' from episodata-fake-commands \(episodata_fake_commands:"
+                     r"BadArgsCommand\) cannot be set up: ValueError: ", messages[0])  # fmt: skip
     assert re.search(r"command 'broken' from episodata-fake-commands 0.1 .*failed to import: "
-                     r"ModuleNotFoundError", messages[0])  # fmt: skip
-    assert "command 'info' from episodata-fake-commands is a verb of the core" in messages[1]
+                     r"ModuleNotFoundError", messages[1])  # fmt: skip
+    assert "command 'info' from episodata-fake-commands is a verb of the core" in messages[2]
     assert "command 'misnamed' from episodata-fake-commands (episodata_fake_commands:" \
-        "HelloCommand) declares name = 'hello'" in messages[2]  # fmt: skip
+        "HelloCommand) declares name = 'hello'" in messages[3]  # fmt: skip
     # the one that loaded runs, with its own arguments and exit code
     assert main(["hello", "--who", "kit"]) == 3
     assert capsys.readouterr().out == "hello, kit\n"
@@ -76,7 +78,7 @@ def test_strict_plugins_makes_a_broken_command_a_one_line_error(
 
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert re.match(r"episodata: error: command 'broken' .* failed to import", err)
+    assert re.match(r"episodata: error: command 'badargs' .* cannot be set up: ValueError", err)
 
 
 def test_plugins_check_loads_command_plugins(hermetic_registry, capsys):

@@ -80,7 +80,16 @@ def _plugin_verb(info: PluginInfo, taken: set[str]) -> Verb:
             f"{where} ({info.value}) declares name = {cls.name!r}; the entry point's name "
             f"and the class's `name` must be the same verb"
         )
-    command = cls()
+    try:
+        command = cls()
+        # a plugin's argument that argparse refuses must not take every verb down
+        probe = argparse.ArgumentParser(add_help=False)
+        for argument in cls.arguments:
+            probe.add_argument(*argument.flags, **argument.options)
+    except Exception as err:  # the plugin boundary: the failure is the plugin's
+        raise PluginError(
+            f"{where} ({info.value}) cannot be set up: {type(err).__name__}: {err}"
+        ) from err
     origin = f"{info.distribution} {info.version}" if info.distribution else None
     help_text = cls.description if origin is None else f"{cls.description} [{info.distribution}]"
     return Verb(

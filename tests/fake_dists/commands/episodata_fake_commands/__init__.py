@@ -1,4 +1,4 @@
-"""Command plugins for the CLI discovery tests: one good, three that must be skipped."""
+"""Command plugins for the CLI discovery tests: one good, four that must be skipped."""
 
 from __future__ import annotations
 
@@ -19,3 +19,9 @@ class HelloCommand:
 
 class InfoCommand(HelloCommand):
     name: ClassVar[str] = "info"  # a core verb: a plugin may not take it
+
+
+class BadArgsCommand(HelloCommand):
+    name: ClassVar[str] = "badargs"
+    # argparse refuses a type that is not callable
+    arguments: ClassVar[tuple[Arg, ...]] = (arg("--n", type="int"),)
