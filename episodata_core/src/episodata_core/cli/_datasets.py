@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from episodata_core import registry
-from episodata_core.cli._command import Command, arg, table
+from episodata_core.cli._command import Verb, arg, table
 from episodata_core.cli._output import counted, progress_wanted
 from episodata_core.dataset import Dataset
 from episodata_core.errors import DatasetStateError, EpisodataError
@@ -167,14 +167,14 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "info",
         help="describe a stored dataset: schema, counts, sizes, backend, provenance",
         run=_cmd_info,
         arguments=(arg("path", help="dataset folder"),),
     ),
-    Command(
+    Verb(
         "verify",
         help="check a dataset against the checksums recorded when it was written",
         run=_cmd_verify,
@@ -184,7 +184,7 @@ COMMANDS: tuple[Command, ...] = (
             "damaged file, chunk or episode; exit code 1 when anything is damaged."
         ),
     ),
-    Command(
+    Verb(
         "copy",
         help="copy a dataset to a new path, possibly on another backend",
         run=_cmd_copy,

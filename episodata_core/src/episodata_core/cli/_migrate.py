@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from episodata_core.cli._command import Command, arg
+from episodata_core.cli._command import Verb, arg
 from episodata_core.dataset import Dataset
 from episodata_core.generations import FORMAT_GENERATION
 
@@ -37,8 +37,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "migrate",
         help="convert a dataset of an older format generation (episodata 0.2) to today's",
         run=_cmd_migrate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from episodata_core.cli._command import Command, arg
+from episodata_core.cli._command import Verb, arg
 from episodata_core.cli._output import counted, progress_wanted
 from episodata_core.errors import EpisodataImportWarning
 from episodata_core.pipeline import Pipeline
@@ -46,8 +46,8 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "pipeline",
         help="validate or run a TOML pipeline (import, store, export)",
         run=_cmd_pipeline,

@@ -6,7 +6,7 @@ import json
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from episodata_core.cli._command import Command, arg
+from episodata_core.cli._command import Verb, arg
 from episodata_core.dataset import Dataset
 from episodata_core.errors import EpisodataImportWarning, SchemaError
 from episodata_core.transfer import export_datasets, import_dataset
@@ -70,8 +70,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "import",
         help="import a foreign file into a new dataset (importers: d4rl, lewm, ...)",
         run=_cmd_import,
@@ -90,7 +90,7 @@ COMMANDS: tuple[Command, ...] = (
             arg("-q", "--quiet", action="store_true", help="print nothing on success"),
         ),
     ),
-    Command(
+    Verb(
         "export",
         help="export datasets to a foreign format (exporters: offset-segments, ...)",
         run=_cmd_export,

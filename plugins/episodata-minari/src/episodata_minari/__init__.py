@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.importing import require_module
 from episodata_minari._options import FieldNames, MinariOptions
 
@@ -61,20 +62,14 @@ class MinariImporter:
         _require_h5py()
         from episodata_minari._impl import read_schema
 
-        return read_schema(source, _options(options))
+        return read_schema(source, coerce_options(options, MinariOptions))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Validate ``source`` completely, then append its episodes to ``dataset``."""
         _require_h5py()
         from episodata_minari._impl import import_source
 
-        return import_source(source, dataset, _options(options))
-
-
-def _options(options: BaseModel) -> MinariOptions:
-    if isinstance(options, MinariOptions):
-        return options
-    return MinariOptions.model_validate(options.model_dump())
+        return import_source(source, dataset, coerce_options(options, MinariOptions))
 
 
 def _require_h5py() -> None:

@@ -38,6 +38,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_zarr._options import CodecName, ZarrOptions, worker_share
 
@@ -62,12 +63,6 @@ _FORKED = (
     "(TensorStore cannot run there); do it in the parent, or start this process with "
     "'spawn' or 'forkserver'"
 )
-
-
-def _options(options: BaseModel) -> ZarrOptions:
-    if isinstance(options, ZarrOptions):
-        return options
-    return ZarrOptions.model_validate(options.model_dump())
 
 
 class ZarrBackend:
@@ -119,7 +114,11 @@ class ZarrBackend:
 
         if os.getpid() != _impl.LOADED_IN:
             raise DatasetStateError(_FORKED.format(what="create"))
-        return cls(_impl.ZarrStore.create(schema, os.fspath(location), _options(options)))
+        return cls(
+            _impl.ZarrStore.create(
+                schema, os.fspath(location), coerce_options(options, ZarrOptions)
+            )
+        )
 
     @classmethod
     def open(cls, location: str, options: BaseModel, *, writable: bool = False) -> Self:
@@ -130,7 +129,7 @@ class ZarrBackend:
         """
         from episodata_zarr import _impl
 
-        opened = worker_share(_options(options))
+        opened = worker_share(coerce_options(options, ZarrOptions))
         if os.getpid() != _impl.LOADED_IN:
             if writable:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))
