@@ -217,7 +217,8 @@ def required_members(kind: PluginKind) -> tuple[str, ...]:
         "exporter": protocols.Exporter,
     }[kind]
     members = {m for m in (*vars(protocol), *protocol.__annotations__) if not m.startswith("_")}
-    return tuple(sorted(members | set(_DECLARED)))
+    optional = protocols.OPTIONAL_FLAGS if kind == "backend" else {}
+    return tuple(sorted((members - optional.keys()) | set(_DECLARED)))
 
 
 def has_member(cls: type, member: str) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "PluginVersion",
     "Provenance",
     "read_manifest",
+    "write_manifest",
 ]
 
 FORMAT_VERSION = 1
@@ -170,3 +171,14 @@ def read_manifest(folder: str) -> Manifest:
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
         )
         raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
+
+
+def write_manifest(folder: str, manifest: Manifest, *, durable: bool = True) -> None:
+    """Replace ``manifest.json`` of a dataset folder atomically.
+
+    ``durable=False`` skips the fsyncs: the file survives a crash of this process, not a
+    power loss (for records that only need the former).
+    """
+    location.write_atomic(
+        Path(folder) / location.MANIFEST_NAME, manifest.to_json().encode(), durable=durable
+    )
