@@ -1,4 +1,8 @@
-"""Bulk writes, which keep their dataset marked incomplete until they are done.
+"""Writes of whole episodes: checked all before any is written, and bulk writes.
+
+:func:`add_checked` is :meth:`Dataset.add_episodes
+<episodata_core.dataset.Dataset.add_episodes>`: every episode is validated, then all
+go to the backend at once (:func:`~episodata_core._batching.add_rows`).
 
 Bulk writes (``from_episodes``, ``copy_to``, ``import_dataset``) create their dataset
 with ``manifest.incomplete`` set and clear it only once the last episode is durable, so
@@ -16,21 +20,63 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from episodata_core import _creation, hooks
-from episodata_core._batching import batch_bytes, batched_by_bytes, nbytes_of
+from episodata_core._batching import add_rows, batch_bytes, batched_by_bytes, nbytes_of
 from episodata_core.errors import ArgumentError
 from episodata_core.manifest import Incomplete
 from episodata_core.normalize import split_episode, to_rows
+from episodata_core.protocols import EpisodeRows
 from episodata_core.schema import DatasetSchema
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
+    from episodata_core._access import DatasetAccess
     from episodata_core._creation import Created
     from episodata_core.dataset import Dataset
     from episodata_core.normalize import Alignment
 
-__all__ = ["BulkWrite", "from_episodes"]
+__all__ = ["BulkWrite", "add_checked", "checked", "from_episodes"]
+
+
+def checked(
+    episode: Mapping[str, Any], schema: DatasetSchema, where: str, alignment: Alignment | None
+) -> EpisodeRows:
+    """A bulk episode as checked storage rows; raises before anything is written."""
+    split = split_episode(episode, schema, alignment=alignment, where=where)
+    rows = to_rows(split, schema, where=where)
+    return EpisodeRows(rows, terminated=split.terminated, truncated=split.truncated)
+
+
+def add_checked(
+    access: DatasetAccess,
+    episodes: Iterable[Mapping[str, Any]],
+    alignment: Alignment | None,
+    name_items: str | None,
+    on_written: Callable[[int], None],
+) -> list[int]:
+    """Validate every episode, then write them all; ``name_items`` labels errors.
+
+    ``on_written`` is called with each new id once all are written.
+    """
+    first = len(access.snapshot())
+    schema = access.schema
+    rows = [
+        checked(
+            episode,
+            schema,
+            f"episode {first + k}" + (f" (item {k} of {name_items})" if name_items else ""),
+            alignment,
+        )
+        for k, episode in enumerate(episodes)
+    ]
+    if not rows:
+        return []
+    with access.lock:
+        ids = add_rows(access.backend, rows)
+    for index in ids:
+        on_written(index)
+    return ids
 
 
 class BulkWrite:

@@ -7,12 +7,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from episodata_core import _bulk, _creation, _shared_writer, hooks
 from episodata_core._access import DatasetAccess
-from episodata_core._batching import add_rows
 from episodata_core.episode import Episode
 from episodata_core.errors import ArgumentError, DatasetStateError
 from episodata_core.manifest import Manifest, read_manifest, write_manifest
-from episodata_core.normalize import Alignment, split_episode, to_rows
-from episodata_core.protocols import EpisodeRows, SupportsFlush, supports_persistence
+from episodata_core.protocols import SupportsFlush, supports_persistence
 from episodata_core.sampling.index import WindowSpec, check_pad
 from episodata_core.sampling.segments import SegmentDataset
 from episodata_core.sampling.stream import SegmentStream
@@ -25,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from episodata_core._shared_writer import SharedWriter
+    from episodata_core.normalize import Alignment
     from episodata_core.protocols import StorageBackend
     from episodata_core.sampling.index import EpisodeFilter, Pad
     from episodata_core.schema import DatasetSchema
@@ -383,7 +382,7 @@ class Dataset:
         per-step flags. Everything is validated before anything is written.
         """
         self._prepare_write()
-        new = self._validated(episode, f"episode {self.num_episodes}", alignment)
+        new = _bulk.checked(episode, self.schema, f"episode {self.num_episodes}", alignment)
         with self._access.lock:
             index = self._access.backend.add_episode(
                 new.rows, terminated=new.terminated, truncated=new.truncated
@@ -425,30 +424,9 @@ class Dataset:
     ) -> list[int]:
         """Validate every episode, then write them all; ``name_items`` labels errors."""
         self._prepare_write()
-        first = self.num_episodes
-        checked = [
-            self._validated(
-                episode,
-                f"episode {first + k}" + (f" (item {k} of {name_items})" if name_items else ""),
-                alignment,
-            )
-            for k, episode in enumerate(episodes)
-        ]
-        if not checked:
-            return []
-        with self._access.lock:
-            ids = add_rows(self._access.backend, checked)
-        for index in ids:
-            self._after_episode_written(index)
-        return ids
-
-    def _validated(
-        self, episode: Mapping[str, Any], where: str, alignment: Alignment | None
-    ) -> EpisodeRows:
-        """A bulk episode as checked storage rows; raises before anything is written."""
-        split = split_episode(episode, self.schema, alignment=alignment, where=where)
-        rows = to_rows(split, self.schema, where=where)
-        return EpisodeRows(rows, terminated=split.terminated, truncated=split.truncated)
+        return _bulk.add_checked(
+            self._access, episodes, alignment, name_items, self._after_episode_written
+        )
 
     def new_episode(
         self, observation: Any, infos: Mapping[str, Any] | None = None

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaError
+from episodata_core.errors import (
+    ArgumentError,
+    DatasetStateError,
+    FieldNotFoundError,
+    SchemaError,
+)
 from episodata_core.normalize import coerce, flatten, split_step
 
 if TYPE_CHECKING:
@@ -469,7 +474,7 @@ class VectorEpisodeWriter:
             str(getattr(autoreset_mode, "value", "")), autoreset_mode
         )
         if autoreset_mode not in ("next_step", "same_step"):
-            raise SchemaError(
+            raise ArgumentError(
                 f"autoreset_mode must be 'next_step' or 'same_step', got {autoreset_mode!r}; "
                 "record envs without autoreset with one new_episode() per sub-env"
             )

@@ -96,6 +96,7 @@ class SegmentIndex:
         pad: Pad = "suffix",
         filter: EpisodeFilter | None = None,
     ) -> None:
+        self._source = dataset
         self.access = dataset if isinstance(dataset, DatasetAccess) else dataset.access
         self.length = length
         self.pad = pad
@@ -108,6 +109,21 @@ class SegmentIndex:
         self._watch = np.zeros(0, dtype=np.int64)  # ongoing at the last refresh
         self.version = 0
         self.refresh()
+
+    def use(self, dataset: Dataset) -> None:
+        """Read through ``dataset`` from now on (a DataLoader worker's own handle)."""
+        self._source = dataset
+        self.access = dataset.access
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the access object holds a lock and a live backend: an index made over a
+        # dataset travels with the dataset (by location) and reads through its access
+        return {key: value for key, value in self.__dict__.items() if key != "access"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        source = self._source
+        self.access = source if isinstance(source, DatasetAccess) else source.access
 
     def __len__(self) -> int:
         return int(self._cumulative[-1]) if len(self._cumulative) else 0

@@ -65,7 +65,7 @@ class SegmentDataset:
             # caches by the number of workers, which a spawned worker learns only once
             # its loop runs, after it unpickled this object
             self._dataset = self._dataset.reopen_for_reading()
-            self.index.access = self._dataset.access
+            self.index.use(self._dataset)
             self._pid = os.getpid()
         return self._dataset
 
