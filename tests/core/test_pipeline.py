@@ -384,3 +384,15 @@ def test_import_path_api_argument(plugins, source_file, tmp_path, marker_module)
     result = pipeline.run(progress=False)
     assert result.export_reports == [{"stored": 3}]
     result.dataset.close()
+
+
+def test_a_store_without_a_path_records_the_memory_backend_it_used(plugins, source_file, tmp_path):
+    # [store] without path= keeps the dataset in memory, so its provenance names the
+    # memory backend's distribution; the runner once named zarr's, the default for a path
+    text = '[source]\nimporter = "test-npz"\npath = "source.npz"\n\n[store]\n'
+    result = Pipeline.from_toml(_write(tmp_path, text)).run(progress=False)
+    assert result.dataset.location is None
+    assert result.dataset.manifest.backend == "memory"
+    plugins_recorded = result.dataset.manifest.metadata["pipeline"]["plugins"]
+    assert "episodata-memory" in plugins_recorded
+    assert "episodata-zarr" not in plugins_recorded

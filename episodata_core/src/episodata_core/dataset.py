@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from episodata_core import _bulk, _creation, _shared_writer, hooks
+from episodata_core import _bulk, _copy, _creation, _shared_writer, hooks
 from episodata_core._access import DatasetAccess
 from episodata_core.episode import Episode
 from episodata_core.errors import ArgumentError, DatasetStateError
@@ -568,9 +568,7 @@ class Dataset:
         ``resume=True``, which keeps the episodes already copied (their lengths and
         flags must match this dataset's) and copies the rest.
         """
-        from episodata_core.transfer import copy_dataset  # transfer drives datasets
-
-        return copy_dataset(
+        return _copy.copy_dataset(
             self, path, backend=backend, progress=progress, resume=resume, options=options
         )
 
