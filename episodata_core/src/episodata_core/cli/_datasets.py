@@ -46,8 +46,12 @@ def describe(dataset: Dataset) -> str:
     manifest = dataset.manifest
     ongoing = int(np.count_nonzero(table_.ongoing))
     finalized = len(table_) - ongoing
-    terminated = int(np.count_nonzero(table_.terminated & ~table_.ongoing))
-    truncated = int(np.count_nonzero(table_.truncated & ~table_.ongoing))
+    # four disjoint counts that add up to `finalized`: an episode may carry both flags
+    done = ~table_.ongoing
+    both = int(np.count_nonzero(table_.terminated & table_.truncated & done))
+    terminated = int(np.count_nonzero(table_.terminated & ~table_.truncated & done))
+    truncated = int(np.count_nonzero(table_.truncated & ~table_.terminated & done))
+    neither = finalized - terminated - truncated - both
     lines = [f"dataset: {dataset.location or '(in memory)'}"]
     if manifest.incomplete is not None:
         lines.append(f"incomplete: {manifest.incomplete.describe(len(table_))}")
@@ -62,7 +66,7 @@ def describe(dataset: Dataset) -> str:
     )
     lines.append(
         f"episodes: {len(table_)} ({finalized} finalized: {terminated} terminated, "
-        f"{truncated} truncated; {ongoing} ongoing)"
+        f"{truncated} truncated, {both} both, {neither} neither; {ongoing} ongoing)"
     )
     steps = table_.length.astype(np.int64)
     if len(steps):

@@ -14,7 +14,9 @@ __all__ = ["COMMANDS"]
 
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
-    pipeline = Pipeline.from_toml(args.file, allow_import_paths=args.allow_import_paths)
+    pipeline = Pipeline.from_toml(
+        args.file, allow_import_paths=args.allow_import_paths, workdir=args.workdir
+    )
     if args.action == "validate":
         steps = pipeline.validate()
         print(
@@ -45,6 +47,12 @@ COMMANDS: tuple[Command, ...] = (
             arg("action", choices=("validate", "run"), help="validate: check only; run: execute"),
             arg("file", help="pipeline TOML file"),
             arg("-q", "--quiet", action="store_true", help="no progress bars or summary"),
+            arg(
+                "--workdir",
+                metavar="DIR",
+                help="resolve the file's relative paths against DIR instead of the file's "
+                "folder (e.g. --workdir . to run an example pipeline here)",
+            ),
             arg(
                 "--allow-import-paths",
                 action="store_true",
