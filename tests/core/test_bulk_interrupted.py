@@ -48,11 +48,11 @@ TOTAL = 40
 # from_episodes(TOTAL episodes) into argv[1] with argv[2]; prints each id it hands over
 CHILD_FROM_EPISODES = """
 import sys, time
-import episodata_core.dataset
+import episodata_core._batching
 from _oracle import SCHEMA, episode
 from episodata import Dataset
 
-episodata_core.dataset.BATCH_BYTES = 1  # one commit per episode
+episodata_core._batching.BATCH_BYTES = 1  # one commit per episode
 
 def episodes():
     for i in range(int(sys.argv[3])):
@@ -67,11 +67,11 @@ print("done", flush=True)
 # the episodata command, one commit per episode; prints each source episode it reads
 CHILD_CLI = """
 import sys, time
-import episodata_core.dataset
+import episodata_core._batching
 from episodata_core.cli import main
 from episodata_npz import NpzDirectoryBackend
 
-episodata_core.dataset.BATCH_BYTES = 1
+episodata_core._batching.BATCH_BYTES = 1
 read_rows = NpzDirectoryBackend.read_rows
 
 def reporting(self, episode, start, stop, fields):

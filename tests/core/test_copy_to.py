@@ -99,7 +99,7 @@ def test_copy_in_small_batches_keeps_every_read(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # one episode per batch: every batch boundary and every ongoing flush is exercised
-    monkeypatch.setattr("episodata_core.dataset.BATCH_BYTES", 1)
+    monkeypatch.setattr("episodata_core._batching.BATCH_BYTES", 1)
     original = _original()
     copy = original.copy_to(str(tmp_path / "copy"), backend="zarr")
     _assert_same_reads(original, copy)

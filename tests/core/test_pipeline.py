@@ -492,3 +492,15 @@ def test_a_typo_names_the_key_the_valid_ones_and_the_closest(tmp_path, edit, mes
     assert "ImportSource" not in text  # no internal class names
     assert "DatasetSource" not in text
     assert "Extra inputs" not in text
+
+
+def test_a_store_without_a_path_records_the_memory_backend_it_used(plugins, source_file, tmp_path):
+    # [store] without path= keeps the dataset in memory, so its provenance names the
+    # memory backend's distribution; the runner once named zarr's, the default for a path
+    text = '[source]\nimporter = "test-npz"\npath = "source.npz"\n\n[store]\n'
+    result = Pipeline.from_toml(_write(tmp_path, text)).run(progress=False)
+    assert result.dataset.location is None
+    assert result.dataset.manifest.backend == "memory"
+    plugins_recorded = result.dataset.manifest.metadata["pipeline"]["plugins"]
+    assert "episodata-memory" in plugins_recorded
+    assert "episodata-zarr" not in plugins_recorded

@@ -1,83 +1,12 @@
 """episodata: episodic data for world models, control and reinforcement learning.
 
 This package only re-exports the public API of ``episodata_core``; names outside
-``__all__`` may change without notice.
+``__all__`` may change without notice. The list of public names has one owner,
+``episodata_core.__all__``: the star import takes exactly those names (type checkers
+treat a star import as an explicit re-export), and ``__all__`` is that very list.
 """
 
 from __future__ import annotations
 
-from episodata_core import (
-    ActionOutEpisodeWriter,
-    Batch,
-    Dataset,
-    DatasetSchema,
-    DatasetStateError,
-    EpisodataDeprecationWarning,
-    EpisodataError,
-    EpisodataImportWarning,
-    EpisodataPluginWarning,
-    EpisodataWarning,
-    Episode,
-    EpisodeWriter,
-    FieldGroup,
-    FieldNotFoundError,
-    FieldSpec,
-    FieldStats,
-    FormatError,
-    ImportReport,
-    IntegrityError,
-    Manifest,
-    MissingDependencyError,
-    MissingFilterError,
-    NonFiniteError,
-    PartialFileError,
-    Pipeline,
-    PluginConflictError,
-    PluginError,
-    PluginNotFoundError,
-    SchemaError,
-    Segment,
-    Transition,
-    VectorEpisodeWriter,
-    __version__,
-    export_datasets,
-    import_dataset,
-)
-
-__all__ = [
-    "ActionOutEpisodeWriter",
-    "Batch",
-    "Dataset",
-    "DatasetSchema",
-    "DatasetStateError",
-    "EpisodataDeprecationWarning",
-    "EpisodataError",
-    "EpisodataImportWarning",
-    "EpisodataPluginWarning",
-    "EpisodataWarning",
-    "Episode",
-    "EpisodeWriter",
-    "FieldGroup",
-    "FieldNotFoundError",
-    "FieldSpec",
-    "FieldStats",
-    "FormatError",
-    "ImportReport",
-    "IntegrityError",
-    "Manifest",
-    "MissingDependencyError",
-    "MissingFilterError",
-    "NonFiniteError",
-    "PartialFileError",
-    "Pipeline",
-    "PluginConflictError",
-    "PluginError",
-    "PluginNotFoundError",
-    "SchemaError",
-    "Segment",
-    "Transition",
-    "VectorEpisodeWriter",
-    "__version__",
-    "export_datasets",
-    "import_dataset",
-]
+from episodata_core import *  # the facade is exactly the core's public names
+from episodata_core import __all__ as __all__

@@ -1,6 +1,7 @@
 """episodata's core: the plugin contract and the engine.
 
-Plugins import from here; users import the facade ``episodata``.
+Plugins import from here; users import the facade ``episodata``, which re-exports
+exactly :data:`__all__`: this list is the one owner of the public names.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from episodata_core._version import __version__
 from episodata_core.dataset import Dataset
 from episodata_core.episode import Episode
 from episodata_core.errors import (
+    ArgumentError,
     DatasetStateError,
     EpisodataDeprecationWarning,
     EpisodataError,
@@ -37,6 +39,7 @@ from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, Vector
 
 __all__ = [
     "ActionOutEpisodeWriter",
+    "ArgumentError",
     "Batch",
     "Dataset",
     "DatasetSchema",

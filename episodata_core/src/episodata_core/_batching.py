@@ -10,19 +10,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from episodata_core.protocols import SupportsAddEpisodes
+from episodata_core.protocols import SupportsAddEpisodes, supports_persistence
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from episodata_core.protocols import EpisodeRows, StorageBackend
 
-__all__ = ["BATCH_BYTES", "add_rows", "batched_by_bytes", "nbytes_of"]
+__all__ = ["BATCH_BYTES", "add_rows", "batch_bytes", "batched_by_bytes", "nbytes_of"]
 
 BATCH_BYTES = 64 << 20
 """Default bound of one write batch."""
 
 T = TypeVar("T")
+
+
+def batch_bytes(backend: StorageBackend) -> int:
+    """How many bytes of episodes bulk writes to ``backend`` group in one batch.
+
+    Batches pay off where each write is a durable commit; in memory they would only
+    keep a batch of episodes alive at once, so there every episode goes alone (0).
+    """
+    return BATCH_BYTES if supports_persistence(backend) else 0
 
 
 def nbytes_of(value: Any) -> int:
@@ -33,15 +42,27 @@ def nbytes_of(value: Any) -> int:
 
 
 def batched_by_bytes(
-    items: Iterable[T], max_bytes: int, size: Callable[[T], int]
+    items: Iterable[T],
+    max_bytes: int,
+    size: Callable[[T], int],
+    *,
+    alone: Callable[[T], bool] | None = None,
 ) -> Iterator[list[T]]:
     """Consecutive runs of ``items``, each closed once its ``size`` total reaches ``max_bytes``.
 
-    Every run holds at least one item; an item larger than ``max_bytes`` is a run alone.
+    Every run holds at least one item; an item larger than ``max_bytes`` is a run alone,
+    and so is an item for which ``alone`` is true (the run before it closes first, so
+    the order of ``items`` is kept).
     """
     run: list[T] = []
     total = 0
     for item in items:
+        if alone is not None and alone(item):
+            if run:
+                yield run
+                run, total = [], 0
+            yield [item]
+            continue
         run.append(item)
         total += size(item)
         if total >= max_bytes:

@@ -225,7 +225,8 @@ def required_members(kind: PluginKind) -> tuple[str, ...]:
     }[kind]
     members = {m for m in (*vars(protocol), *protocol.__annotations__) if not m.startswith("_")}
     declared = _DECLARED_BY_COMMANDS if kind == "command" else _DECLARED
-    return tuple(sorted(members | set(declared)))
+    optional = protocols.OPTIONAL_FLAGS if kind == "backend" else {}
+    return tuple(sorted((members - optional.keys()) | set(declared)))
 
 
 def has_member(cls: type, member: str) -> bool:

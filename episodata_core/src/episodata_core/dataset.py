@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self
 
-import numpy as np
-
-from episodata_core import _bulk, _shared_writer, generations, hooks, location, registry
-from episodata_core._batching import BATCH_BYTES, add_rows
-from episodata_core._options import validate_options
-from episodata_core._step_plan import WriterPlans
-from episodata_core._version import __version__
+from episodata_core import _bulk, _copy, _creation, _shared_writer, hooks
+from episodata_core._access import DatasetAccess
 from episodata_core.episode import Episode
-from episodata_core.errors import DatasetStateError, SchemaError
-from episodata_core.manifest import Incomplete, Manifest, PluginVersion, Provenance, read_manifest
-from episodata_core.normalize import Alignment, split_episode, to_rows
-from episodata_core.protocols import (
-    EpisodeRows,
-    SupportsFlush,
-    supports_persistence,
-)
-from episodata_core.sampling.index import SegmentIndex, WindowSpec, check_pad, positive_int
-from episodata_core.sampling.read import read_transitions
+from episodata_core.errors import ArgumentError, DatasetStateError
+from episodata_core.manifest import Manifest, read_manifest, write_manifest
+from episodata_core.protocols import SupportsFlush, supports_persistence
+from episodata_core.sampling.index import WindowSpec, check_pad
 from episodata_core.sampling.segments import SegmentDataset
 from episodata_core.sampling.stream import SegmentStream
-from episodata_core.schema import DatasetSchema
+from episodata_core.sampling.transitions import TransitionSampler
 from episodata_core.writers import ActionOutEpisodeWriter, EpisodeWriter, VectorEpisodeWriter
 
 if TYPE_CHECKING:
@@ -35,12 +22,11 @@ if TYPE_CHECKING:
     import weakref
     from collections.abc import Iterable, Iterator
 
-    from pydantic import BaseModel
-
     from episodata_core._shared_writer import SharedWriter
+    from episodata_core.normalize import Alignment
     from episodata_core.protocols import StorageBackend
-    from episodata_core.registry import PluginKind
     from episodata_core.sampling.index import EpisodeFilter, Pad
+    from episodata_core.schema import DatasetSchema
     from episodata_core.stats import FieldStats
     from episodata_core.views import Transition
     from episodata_core.writers import AutoresetMode
@@ -69,17 +55,15 @@ class Dataset:
         read_only: bool = False,
         writer: SharedWriter | None = None,
     ) -> None:
-        self._backend = backend
+        # the backend and the lock that serializes calls into it (between the caller's
+        # writes and read-ahead threads); rebound to the shared writer's when this handle
+        # joins one
+        self._access = DatasetAccess(backend)
         self._manifest = manifest
         self._read_only = read_only
-        # serializes backend access between the caller's writes and read-ahead threads;
-        # replaced by the shared writer's io lock when this handle joins one
-        self._io_lock = threading.RLock()
         self._lease: weakref.finalize[[SharedWriter], object] | None = None
-        self._transition_indexes: dict[int, SegmentIndex] = {}
+        self._transitions = TransitionSampler(self._access)
         self._resolved_fields: dict[str | None, tuple[str, ...]] = {}
-        self._rng = np.random.default_rng()
-        self._writer_plans = WriterPlans()
         if writer is not None:
             self._join(writer)
 
@@ -121,60 +105,9 @@ class Dataset:
         >>> schema = DatasetSchema([FieldSpec("state", shape=(3,), dtype="float32")])
         >>> dataset = Dataset.create(schema)
         """
-        return cls._create(schema, path, backend=backend, metadata=metadata, options=options)[0]
-
-    @classmethod
-    def _create(
-        cls,
-        schema: DatasetSchema,
-        path: str | os.PathLike[str] | None,
-        *,
-        backend: str | None,
-        metadata: Mapping[str, Any] | None,
-        options: Mapping[str, Any],
-        incomplete: Incomplete | None = None,
-    ) -> tuple[Dataset, _bulk.Created | None]:
-        """:meth:`create`, and the creation of bulk writes, which pass ``incomplete``.
-
-        A bulk write's creation may also replace a dataset that an earlier, interrupted
-        bulk write left marked incomplete. Returns the dataset and, for a stored one,
-        what this call created on disk.
-        """
-        if not isinstance(schema, DatasetSchema):
-            raise SchemaError(
-                f"schema: expected a DatasetSchema, got {type(schema).__name__}; build one "
-                "with DatasetSchema([...]) or DatasetSchema.infer(episode)"
-            )
-        name = backend or ("memory" if path is None else "zarr")
-        backend_cls = registry.get_backend(name)
-        backend_options = validate_options(backend_cls, dict(options), f"backend {name!r} option")
-        manifest = Manifest(
-            backend=name,
-            backend_options=backend_options.model_dump(mode="json"),
-            schema=schema,
-            metadata=dict(metadata or {}),
-            provenance=Provenance(
-                episodata_version=__version__, plugins=[_plugin_version("backend", name)]
-            ),
-        )
-        created: _bulk.Created | None = None
-        if path is None:
-            dataset = cls(backend_cls.create(schema, None, backend_options), manifest)
-            hooks.get_plugin_manager().hook.before_manifest_written(
-                dataset=dataset, manifest=manifest
-            )
-        else:
-            if not supports_persistence(backend_cls):
-                raise SchemaError(
-                    f"backend {name!r} cannot store a dataset at a path; leave out path= or "
-                    "choose a persistent backend such as 'zarr' or 'npz_directory'"
-                )
-            manifest.incomplete = incomplete
-            dataset, created = _bulk.create_at(
-                cls, location.normalize(path), backend_cls, backend_options, manifest
-            )
-        hooks.get_plugin_manager().hook.after_dataset_created(dataset=dataset)
-        return dataset, created
+        return _creation.create(
+            cls, schema, path, backend=backend, metadata=metadata, options=options
+        )[0]
 
     @classmethod
     def open(
@@ -199,29 +132,9 @@ class Dataset:
         to finish or replace it; ``allow_incomplete=True`` opens it anyway, to look at
         what is there.
         """
-        folder = location.normalize(path)
-        # a dataset of an older format generation (episodata 0.2) opens read-only
-        older = generations.open_older(folder)
-        if older is not None:
-            return cls(older.backend, older.manifest, read_only=True)
-        manifest = read_manifest(folder)
-        backend_cls = registry.get_backend(manifest.backend)
-        if not supports_persistence(backend_cls):
-            raise SchemaError(
-                f"{folder!r}: backend {manifest.backend!r} cannot open stored datasets"
-            )
-        opts = validate_options(
-            backend_cls,
-            {**manifest.backend_options, **options},
-            f"{folder!r}: backend {manifest.backend!r} option",
+        return _creation.open_at(
+            cls, path, read_only=read_only, allow_incomplete=allow_incomplete, options=options
         )
-        if manifest.incomplete is not None and not allow_incomplete:
-            raise _bulk.incomplete_error(folder, manifest, backend_cls, opts)
-        writer = None if read_only else _shared_writer.find_writer(folder)
-        if writer is not None:
-            return cls(writer.backend, writer.manifest, writer=writer)
-        store = backend_cls.open(folder, opts, writable=False)  # type: ignore[attr-defined]
-        return cls(store, manifest, read_only=read_only)
 
     @classmethod
     def from_episodes(
@@ -259,7 +172,7 @@ class Dataset:
     @property
     def schema(self) -> DatasetSchema:
         """The dataset schema."""
-        return self._backend.schema
+        return self._access.backend.schema
 
     @property
     def manifest(self) -> Manifest:
@@ -269,12 +182,23 @@ class Dataset:
     @property
     def backend(self) -> StorageBackend:
         """The backend instance that stores the rows."""
-        return self._backend
+        return self._access.backend
+
+    @property
+    def access(self) -> DatasetAccess:
+        """The backend, the lock that serializes calls into it, and episode-table snapshots.
+
+        What this handle's writers and samplers read and write through; a plugin that
+        reads around the Dataset API (a loader, say) takes ``access.lock`` around every
+        backend call, as they do.
+        """
+        return self._access
 
     @property
     def location(self) -> str | None:
         """The dataset folder, or ``None`` for an in-memory dataset."""
-        return cast("str | None", getattr(self._backend, "location", None))
+        backend = self._access.backend
+        return backend.location if supports_persistence(backend) else None
 
     @property
     def read_only(self) -> bool:
@@ -284,7 +208,7 @@ class Dataset:
     @property
     def num_episodes(self) -> int:
         """Number of episodes, finalized and ongoing."""
-        return len(self._backend.episode_table())
+        return len(self._access.backend.episode_table())
 
     def __len__(self) -> int:
         return self.num_episodes
@@ -292,7 +216,7 @@ class Dataset:
     @property
     def num_steps(self) -> int:
         """Total number of transitions over all episodes."""
-        return int(self._backend.episode_table().length.sum())
+        return int(self._access.backend.episode_table().length.sum())
 
     def __iter__(self) -> Iterator[Episode]:
         for index in range(self.num_episodes):
@@ -402,7 +326,7 @@ class Dataset:
         """
         spec = WindowSpec.from_lengths(sequence_length, context_length, target_length)
         return SegmentStream(
-            self,
+            self._access,
             spec,
             batch_size=batch_size,
             seed=seed,
@@ -430,25 +354,9 @@ class Dataset:
         ``[B, 2, ...]`` buffer. Never a padded transition. The transition index is kept
         between calls and only catches up with new episodes.
         """
-        batch_size = positive_int("batch_size", batch_size)
-        keys = self._field_keys(fields)
-        with self._io_lock:
-            # one episode-table snapshot for the index, the draw and the rows
-            table = self._backend.episode_table()
-            index = self._transition_indexes.get(id(filter))
-            if index is None or index._filter is not filter:
-                index = SegmentIndex(self, 1, pad=None, filter=filter)
-                self._transition_indexes[id(filter)] = index
-            else:
-                index.refresh_from(table)
-            if not len(index):
-                raise SchemaError(
-                    f"sample_transitions: nothing to sample: {index.describe_empty()}"
-                )
-            rng = self._rng if seed is None else np.random.default_rng(seed)
-            positions = rng.integers(len(index), size=batch_size, dtype=np.int64)
-            episodes, starts = index.locate(positions)
-            return read_transitions(self, episodes, starts, keys, table=table)
+        return self._transitions.sample(
+            batch_size, seed=seed, fields=self._field_keys(fields), filter=filter
+        )
 
     def _field_keys(self, fields: str | Iterable[str] | None) -> tuple[str, ...]:
         if fields is None or isinstance(fields, str):
@@ -474,9 +382,9 @@ class Dataset:
         per-step flags. Everything is validated before anything is written.
         """
         self._prepare_write()
-        new = self._validated(episode, f"episode {self.num_episodes}", alignment)
-        with self._io_lock:
-            index = self._backend.add_episode(
+        new = _bulk.checked(episode, self.schema, f"episode {self.num_episodes}", alignment)
+        with self._access.lock:
+            index = self._access.backend.add_episode(
                 new.rows, terminated=new.terminated, truncated=new.truncated
             )
         self._after_episode_written(index)
@@ -501,7 +409,7 @@ class Dataset:
         >>> ids = dataset.add_episodes([episode_a, episode_b])
         """
         if isinstance(episodes, Mapping):
-            raise SchemaError(
+            raise ArgumentError(
                 "add_episodes: expected an iterable of episode dicts, got one dict (keys "
                 f"{sorted(map(str, episodes))[:4]}); pass [episode], or call add_episode"
             )
@@ -516,50 +424,23 @@ class Dataset:
     ) -> list[int]:
         """Validate every episode, then write them all; ``name_items`` labels errors."""
         self._prepare_write()
-        first = self.num_episodes
-        checked = [
-            self._validated(
-                episode,
-                f"episode {first + k}" + (f" (item {k} of {name_items})" if name_items else ""),
-                alignment,
-            )
-            for k, episode in enumerate(episodes)
-        ]
-        if not checked:
-            return []
-        with self._io_lock:
-            ids = add_rows(self._backend, checked)
-        for index in ids:
-            self._after_episode_written(index)
-        return ids
-
-    def _batch_bytes(self) -> int:
-        """How many bytes of episodes bulk writes (copies, ``from_episodes``) group.
-
-        Batches pay off where each write is a durable commit; in memory they would only
-        keep a batch of episodes alive at once, so there every episode goes alone.
-        """
-        return BATCH_BYTES if supports_persistence(self._backend) else 0
-
-    def _validated(
-        self, episode: Mapping[str, Any], where: str, alignment: Alignment | None
-    ) -> EpisodeRows:
-        """A bulk episode as checked storage rows; raises before anything is written."""
-        split = split_episode(episode, self.schema, alignment=alignment, where=where)
-        rows = to_rows(split, self.schema, where=where)
-        return EpisodeRows(rows, terminated=split.terminated, truncated=split.truncated)
+        return _bulk.add_checked(
+            self._access, episodes, alignment, name_items, self._after_episode_written
+        )
 
     def new_episode(
         self, observation: Any, infos: Mapping[str, Any] | None = None
     ) -> EpisodeWriter:
         """Start an episode at its reset observation; returns its step writer."""
         self._prepare_write()
-        return EpisodeWriter.start(self, observation, infos)
+        return EpisodeWriter.start(
+            self._access, observation, infos, on_finalized=self._after_episode_written
+        )
 
     def new_action_out_episode(self) -> ActionOutEpisodeWriter:
         """A writer for recorders that log the action taken *at* each observation."""
         self._prepare_write()
-        return ActionOutEpisodeWriter(self)
+        return ActionOutEpisodeWriter(self._access, on_finalized=self._after_episode_written)
 
     def new_vector_episodes(
         self,
@@ -573,7 +454,13 @@ class Dataset:
         ``observations`` is what ``envs.reset()`` returned (``[N, ...]`` per field).
         """
         self._prepare_write()
-        return VectorEpisodeWriter(self, observations, infos, autoreset_mode=autoreset_mode)
+        return VectorEpisodeWriter(
+            self._access,
+            observations,
+            infos,
+            on_finalized=self._after_episode_written,
+            autoreset_mode=autoreset_mode,
+        )
 
     def resume_episode(self, index: int) -> EpisodeWriter:
         """The writer of an ongoing episode, to continue adding steps."""
@@ -584,22 +471,18 @@ class Dataset:
                 f"episode {episode.index} is finalized and cannot be resumed; "
                 "start a new one with new_episode()"
             )
-        return EpisodeWriter.resume(self, episode.index)
+        return EpisodeWriter.resume(
+            self._access, episode.index, on_finalized=self._after_episode_written
+        )
 
     def _after_episode_written(self, index: int) -> None:
-        caller = hooks.get_plugin_manager().hook.after_episode_written
-        # most processes register no such hook, and pluggy's call of none costs about
-        # as much as recording a step in memory
-        if caller.get_hookimpls():
-            caller(dataset=self, episode=index)
+        hooks.call_hook("after_episode_written", dataset=self, episode=index)
 
     def update_metadata(self, values: Mapping[str, Any]) -> None:
         """Merge ``values`` into the dataset metadata and rewrite the manifest atomically."""
         self._prepare_write()
         self._manifest.metadata.update(values)
-        hooks.get_plugin_manager().hook.before_manifest_written(
-            dataset=self, manifest=self._manifest
-        )
+        hooks.call_hook("before_manifest_written", dataset=self, manifest=self._manifest)
         self._write_manifest()
 
     def _write_manifest(self, *, durable: bool = True) -> None:
@@ -610,12 +493,8 @@ class Dataset:
         """
         folder = self.location
         if folder is not None:
-            with self._io_lock:
-                location.write_atomic(
-                    Path(folder) / location.MANIFEST_NAME,
-                    self._manifest.to_json().encode(),
-                    durable=durable,
-                )
+            with self._access.lock:
+                write_manifest(folder, self._manifest, durable=durable)
 
     def _prepare_write(self) -> None:
         """Refuse writes to read-only datasets; join this process's writer on the first write.
@@ -625,7 +504,7 @@ class Dataset:
         """
         if self._read_only:
             # a backend that can never write (an older format generation) says why
-            reason = getattr(self._backend, "read_only_reason", None)
+            reason = getattr(self._access.backend, "read_only_reason", None)
             raise DatasetStateError(
                 reason
                 or f"{self.location!r} was opened with read_only=True; open it again without "
@@ -636,25 +515,7 @@ class Dataset:
         folder = self.location
         if folder is None:
             return
-        backend_cls = type(self._backend)
-        options = self._backend_options()
-        own = self._backend
-        reopened = False
-
-        def reopen_writable() -> StorageBackend:
-            # the read-only instance goes first: some libraries (h5py) refuse to open a
-            # file for writing while this process has it open for reading
-            nonlocal reopened
-            reopened = True
-            with self._io_lock:
-                own.close()
-                try:
-                    return backend_cls.open(folder, options, writable=True)  # type: ignore[attr-defined, no-any-return]
-                except BaseException:
-                    self._backend = backend_cls.open(folder, options, writable=False)  # type: ignore[attr-defined]
-                    raise
-
-        writer = _shared_writer.open_writer(folder, reopen_writable, self._manifest)
+        writer, reopened = _creation.take_writer(self._access, folder, self._manifest)
         # a writer this process had already: the read-only instance is still open
         self._join(writer, close_own=not reopened)
 
@@ -663,17 +524,12 @@ class Dataset:
 
         ``close_own``: close the backend this handle used until now.
         """
-        with self._io_lock:
-            previous = self._backend
-            self._backend, self._manifest = writer.backend, writer.manifest
-            self._io_lock = writer.io_lock
+        with self._access.lock:
+            previous = self._access.rebind(writer.backend, writer.io_lock)
+            self._manifest = writer.manifest
             self._lease = _shared_writer.lease(self, writer)
         if close_own:
             previous.close()
-
-    def _backend_options(self) -> BaseModel:
-        backend_cls = type(self._backend)
-        return backend_cls.Options(**self._manifest.backend_options)
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -683,15 +539,16 @@ class Dataset:
         Finalized episodes are durable as soon as they are written; this covers the rest.
         A no-op for backends that keep nothing on disk.
         """
-        if isinstance(self._backend, SupportsFlush):
-            with self._io_lock:
-                self._backend.flush()
+        backend = self._access.backend
+        if isinstance(backend, SupportsFlush):
+            with self._access.lock:
+                backend.flush()
 
     def refresh(self) -> None:
         """See episodes that another process wrote since this dataset was opened."""
-        refresh = getattr(self._backend, "refresh", None)
-        if refresh is not None:
-            refresh()
+        backend = self._access.backend
+        if supports_persistence(backend):
+            backend.refresh()
 
     def copy_to(
         self,
@@ -714,7 +571,7 @@ class Dataset:
         ``resume=True``, which keeps the episodes already copied (their lengths and
         flags must match this dataset's) and copies the rest.
         """
-        return _bulk.copy(
+        return _copy.copy_dataset(
             self, path, backend=backend, progress=progress, resume=resume, options=options
         )
 
@@ -732,7 +589,7 @@ class Dataset:
         folder = self.location
         if folder is not None:
             return {"location": folder}
-        return {"backend": self._backend, "manifest": self._manifest}
+        return {"backend": self._access.backend, "manifest": self._manifest}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "location" in state:
@@ -754,20 +611,11 @@ class Dataset:
         if lease is not None:
             lease()
         else:
-            self._backend.close()
-        hooks.get_plugin_manager().hook.after_dataset_closed(dataset=self)
+            self._access.backend.close()
+        hooks.call_hook("after_dataset_closed", dataset=self)
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _plugin_version(kind: PluginKind, name: str) -> PluginVersion:
-    for info in registry.list_plugins(kind):
-        if info.name == name and info.distribution is not None:
-            return PluginVersion(
-                distribution=info.distribution, version=info.version or "", role=kind
-            )
-    return PluginVersion(distribution="(registered at runtime)", version="", role=kind)

@@ -11,17 +11,22 @@ from episodata_core.views import Flags, Segment, Transition
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from episodata_core._access import DatasetAccess
     from episodata_core.dataset import Dataset
 
 __all__ = ["Episode"]
 
 
 class Episode:
-    """One episode of a dataset: its flags, length and transition reads."""
+    """One episode of a dataset: its flags, length and transition reads.
+
+    Made from a :class:`~episodata_core.dataset.Dataset`, or from the access object of
+    one (an index's filter gets those): both give the backend and schema it reads.
+    """
 
     __slots__ = ("_dataset", "_index")
 
-    def __init__(self, dataset: Dataset, index: int) -> None:
+    def __init__(self, dataset: Dataset | DatasetAccess, index: int) -> None:
         self._dataset = dataset
         self._index = index
 

@@ -7,6 +7,7 @@ Errors subclass both :class:`EpisodataError` and the matching built-in exception
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
     "DatasetStateError",
     "EpisodataDeprecationWarning",
     "EpisodataError",
@@ -34,6 +35,16 @@ class EpisodataError(Exception):
 
 class SchemaError(EpisodataError, ValueError):
     """Data or a schema declaration does not satisfy the dataset schema."""
+
+
+class ArgumentError(SchemaError):
+    """An argument of a call is out of range or of the wrong kind (``batch_size=0``).
+
+    Not a problem of the data or the schema: the call itself is wrong, and the message
+    names the argument. It subclasses :class:`SchemaError` only so that code written
+    when these were raised as ``SchemaError`` keeps catching them; catch
+    ``ArgumentError`` (or ``ValueError``) in new code.
+    """
 
 
 class FieldNotFoundError(EpisodataError, KeyError):

@@ -31,6 +31,7 @@ __all__ = [
     "Provenance",
     "read_manifest",
     "read_manifest_document",
+    "write_manifest",
 ]
 
 FORMAT_VERSION = 1
@@ -194,3 +195,14 @@ def read_manifest_document(folder: str) -> dict[str, Any]:
             f"{type(document).__name__}; the file is damaged"
         )
     return document
+
+
+def write_manifest(folder: str, manifest: Manifest, *, durable: bool = True) -> None:
+    """Replace ``manifest.json`` of a dataset folder atomically.
+
+    ``durable=False`` skips the fsyncs: the file survives a crash of this process, not a
+    power loss (for records that only need the former).
+    """
+    location.write_atomic(
+        Path(folder) / location.MANIFEST_NAME, manifest.to_json().encode(), durable=durable
+    )

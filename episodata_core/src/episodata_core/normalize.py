@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from episodata_core.errors import FieldNotFoundError, SchemaError
+from episodata_core.errors import ArgumentError, FieldNotFoundError, SchemaError
 
 if TYPE_CHECKING:
     from episodata_core.protocols import Rows
@@ -219,7 +219,7 @@ def split_episode(
 def _alignment(data: Mapping[str, Any], alignment: Alignment | None, where: str) -> Alignment:
     if alignment is not None:
         if alignment not in ("action-in", "action-out"):
-            raise SchemaError(f"alignment must be 'action-in' or 'action-out', got {alignment!r}")
+            raise ArgumentError(f"alignment must be 'action-in' or 'action-out', got {alignment!r}")
         if alignment == "action-in" and "initial_observation" not in data:
             raise SchemaError(f"{where}: action-in episodes need 'initial_observation'")
         return alignment

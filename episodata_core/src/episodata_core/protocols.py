@@ -1,9 +1,13 @@
 """The plugin contract: what backends, samplers, importers and exporters provide.
 
 Every plugin class declares ``name`` (its registered name), a one-line ``description``
-and an ``Options`` Pydantic model that validates its configuration section. Optional
-abilities are ``Supports*`` Protocols that the core checks with ``isinstance``; it never
-asks which concrete plugin it is talking to.
+and an ``Options`` Pydantic model that validates its configuration section; the core
+passes a plugin only instances of its own ``Options`` (see
+:func:`~episodata_core._options.validate_options`). Optional abilities are
+``Supports*`` Protocols that the core checks with ``isinstance`` (or, for
+:class:`SupportsPersistence`, with :func:`supports_persistence`, which narrows the type),
+and hints are class-level flags on :class:`StorageBackend`; the core never asks which
+concrete plugin it is talking to.
 
 Backends speak in *rows* (data-model.md §2): an episode of T transitions has T + 1 rows,
 row 0 holds the reset observation and hidden zero action/reward, and every field of an
@@ -24,17 +28,21 @@ if TYPE_CHECKING:
     from typing import Self
 
     from pydantic import BaseModel
+    from typing_extensions import TypeIs
 
     from episodata_core.dataset import Dataset
     from episodata_core.schema import DatasetSchema
     from episodata_core.transfer import ImportResult
 
 __all__ = [
+    "DEFAULT_PREFETCH",
+    "OPTIONAL_FLAGS",
     "EpisodeRows",
     "EpisodeTable",
     "Exporter",
     "GatherRequest",
     "Importer",
+    "PersistentBackend",
     "Rows",
     "Sampler",
     "StorageBackend",
@@ -114,10 +122,21 @@ class StorageBackend(Protocol):
     name: ClassVar[str]
     description: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
+    default_prefetch: ClassVar[int]
+    """Batches a segment stream reads ahead when the caller does not say (optional).
+
+    0 where a gather is a copy in this process's memory that holds the GIL throughout (a
+    read-ahead thread could not overlap it with anything and would only add its
+    hand-over cost), a positive count (:data:`DEFAULT_PREFETCH`) where reads wait on I/O
+    or decoding that releases the GIL.
+    """
 
     @classmethod
     def create(cls, schema: DatasetSchema, location: str | None, options: BaseModel) -> Self:
-        """Create an empty dataset with ``schema`` at ``location`` (``None``: no location)."""
+        """Create an empty dataset with ``schema`` at ``location`` (``None``: no location).
+
+        ``options`` is an instance of this class's ``Options``.
+        """
         ...
 
     @property
@@ -210,8 +229,20 @@ class SupportsPersistence(Protocol):
     """
 
     @classmethod
-    def open(cls, location: str, options: BaseModel, *, writable: bool) -> Self:
-        """Open the dataset at ``location``; a writable open recovers after a crash."""
+    def open(
+        cls,
+        location: str,
+        options: BaseModel,
+        *,
+        writable: bool,
+        schema: DatasetSchema | None = None,
+    ) -> Self:
+        """Open the dataset at ``location``; a writable open recovers after a crash.
+
+        ``options`` is an instance of this class's ``Options``. The core passes the
+        ``schema`` of the folder's ``manifest.json``; ``None`` (a direct call) leaves
+        the backend to read it.
+        """
         ...
 
     @property
@@ -254,23 +285,34 @@ class SupportsVerify(Protocol):
         ...
 
 
+DEFAULT_PREFETCH = 2
+"""The read-ahead of a backend whose ``default_prefetch`` is missing or malformed."""
+
+OPTIONAL_FLAGS: Mapping[str, object] = {"default_prefetch": DEFAULT_PREFETCH}
+"""Class-level flags of :class:`StorageBackend` that a backend may leave out, with the
+value the core then assumes; the registry does not refuse a backend without them."""
+
+
 def default_prefetch(backend: object) -> int:
     """Batches a segment stream reads ahead on ``backend`` when the caller does not say.
 
-    A backend may declare a class attribute ``default_prefetch``: 0 where a gather is a
-    copy in this process's memory that holds the GIL throughout (a read-ahead thread
-    could not overlap it with anything and would only add its hand-over cost), a
-    positive count where reads wait on I/O or decoding that releases the GIL. Backends
-    that do not declare it read 2 batches ahead.
+    The backend's :attr:`StorageBackend.default_prefetch`; :data:`DEFAULT_PREFETCH`
+    where a backend written before the flag was declared lacks it.
     """
-    value = getattr(backend, "default_prefetch", 2)
+    value = getattr(backend, "default_prefetch", DEFAULT_PREFETCH)
     # a malformed declaration is a hint gone wrong, not a reason to refuse to read
-    return value if type(value) is int and value >= 0 else 2
+    return value if type(value) is int and value >= 0 else DEFAULT_PREFETCH
 
 
-def supports_persistence(backend: object) -> bool:
+def supports_persistence(
+    backend: type[StorageBackend] | StorageBackend,
+) -> TypeIs[type[PersistentBackend] | PersistentBackend]:
     """Whether a backend class or instance implements :class:`SupportsPersistence`."""
     return all(callable(getattr(backend, name, None)) for name in ("open", "refresh"))
+
+
+class PersistentBackend(StorageBackend, SupportsPersistence, Protocol):
+    """A :class:`StorageBackend` that also implements :class:`SupportsPersistence`."""
 
 
 class Sampler(Protocol):

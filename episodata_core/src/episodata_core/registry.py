@@ -41,9 +41,12 @@ if TYPE_CHECKING:
     from episodata_core.protocols import Exporter, Importer, Sampler, StorageBackend
 
 __all__ = [
+    "DEFAULT_BACKEND",
+    "MEMORY_BACKEND",
     "PluginInfo",
     "PluginKind",
     "PluginStatus",
+    "default_backend",
     "get_backend",
     "get_command",
     "get_exporter",
@@ -94,6 +97,17 @@ def _get(kind: PluginKind, name: str) -> type:
     if not candidates:
         raise PluginNotFoundError(_plugins.not_found_message(kind, name))
     return cast("type", _plugins.load(_plugins.resolve(kind, name, candidates)))
+
+
+DEFAULT_BACKEND = "zarr"
+"""The backend of a dataset created at a path without ``backend=``."""
+MEMORY_BACKEND = "memory"
+"""The backend of a dataset created without a path."""
+
+
+def default_backend(path: object) -> str:
+    """The backend name a creation at ``path`` (``None``: in memory) uses by default."""
+    return MEMORY_BACKEND if path is None else DEFAULT_BACKEND
 
 
 def get_backend(name: str) -> type[StorageBackend]:

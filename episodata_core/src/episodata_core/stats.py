@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.errors import ArgumentError, DatasetStateError, SchemaError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -341,7 +341,7 @@ def _numeric_fields(schema: DatasetSchema, fields: str | Iterable[str] | None) -
     numeric = [spec for spec in chosen if spec.np_dtype.kind in "biuf"]
     if fields is not None and len(numeric) < len(chosen):
         others = [f"{s.qualified_key} ({s.dtype})" for s in chosen if s.np_dtype.kind not in "biuf"]
-        raise SchemaError(
+        raise ArgumentError(
             f"stats: only numeric and bool fields have statistics, not {', '.join(others)}; "
             "leave them out of fields="
         )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from episodata_core import registry
+from episodata_core import _creation, registry
 from episodata_core._bulk import BulkWrite
 from episodata_core._options import validate_options
 from episodata_core.dataset import Dataset
@@ -149,7 +149,8 @@ def import_dataset(
         _check_same_schema(dataset.schema, schema, source_path)
     else:
         # marked incomplete until the import is recorded; a failed import removes it
-        dataset, created = Dataset._create(
+        dataset, created = _creation.create(
+            Dataset,
             schema,
             destination,
             backend=backend,

@@ -115,6 +115,18 @@ class FieldGroup(Mapping[str, Any]):
         return f"FieldGroup({self._path}: {{{inner}}})"
 
 
+class _Alias(property):
+    """A read-only property that returns the view's attribute ``target`` itself."""
+
+    def __init__(self, target: str) -> None:
+        def get(view: TransitionView) -> Any:
+            return getattr(view, target)
+
+        get.__doc__ = f"Alias of :attr:`{target}`."
+        super().__init__(get)
+        self.target = target
+
+
 class TransitionView:
     """Shared machinery of :class:`Segment`, :class:`Batch` and :class:`Transition`.
 
@@ -234,50 +246,17 @@ class TransitionView:
         """Every info of the window: ``[..., L + 1, ...]``."""
         return self._role("info", "all")
 
-    @property
-    def observation(self) -> Any:
-        """Alias of :attr:`obs`."""
-        return self.obs
-
-    @property
-    def observations(self) -> Any:
-        """Alias of :attr:`obs`."""
-        return self.obs
-
-    @property
-    def next_observation(self) -> Any:
-        """Alias of :attr:`next_obs`."""
-        return self.next_obs
-
-    @property
-    def next_observations(self) -> Any:
-        """Alias of :attr:`next_obs`."""
-        return self.next_obs
-
-    @property
-    def all_observations(self) -> Any:
-        """Alias of :attr:`all_obs`."""
-        return self.all_obs
-
-    @property
-    def actions(self) -> Any:
-        """Alias of :attr:`action`."""
-        return self.action
-
-    @property
-    def rewards(self) -> Any:
-        """Alias of :attr:`reward`."""
-        return self.reward
-
-    @property
-    def infos(self) -> Any:
-        """Alias of :attr:`info`."""
-        return self.info
-
-    @property
-    def next_infos(self) -> Any:
-        """Alias of :attr:`next_info`."""
-        return self.next_info
+    # other spellings of the role views above, each returning the identical object;
+    # one line each so that type checkers know every name (see ALIASES)
+    observation = _Alias("obs")
+    observations = _Alias("obs")
+    next_observation = _Alias("next_obs")
+    next_observations = _Alias("next_obs")
+    all_observations = _Alias("all_obs")
+    actions = _Alias("action")
+    rewards = _Alias("reward")
+    infos = _Alias("info")
+    next_infos = _Alias("next_info")
 
     # -- context / target -----------------------------------------------------------------
 
@@ -368,6 +347,11 @@ class TransitionView:
         layout = " x ".join(str(n) for n in dims) if len(dims) > 1 else str(total)
         return f"{layout} transition{'' if total == 1 and len(dims) < 2 else 's'}"
 
+
+ALIASES: dict[str, str] = {
+    name: value.target for name, value in vars(TransitionView).items() if isinstance(value, _Alias)
+}
+"""Each alias attribute of the views and the role view it returns (``"observations": "obs"``)."""
 
 _CACHED_VIEWS = frozenset(
     name for name, value in vars(TransitionView).items() if isinstance(value, cached_property)

@@ -1,7 +1,10 @@
 """Step-by-step writers: one episode, action-out recordings, and vector environments.
 
 Every writer validates a whole step before handing its rows to the backend, so a
-rejected step leaves the episode exactly as it was.
+rejected step leaves the episode exactly as it was. Writers reach the backend only
+through the handle's :class:`~episodata_core._access.DatasetAccess`, and report each
+finalized episode through the ``on_finalized`` callback the handle gives them (which
+fires the ``after_episode_written`` hook).
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaError
+from episodata_core.errors import (
+    ArgumentError,
+    DatasetStateError,
+    FieldNotFoundError,
+    SchemaError,
+)
 from episodata_core.normalize import coerce, flatten, split_step
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
 
+    from episodata_core._access import DatasetAccess
     from episodata_core._step_plan import StepPlan
-    from episodata_core.dataset import Dataset
     from episodata_core.protocols import StorageBackend
     from episodata_core.schema import DatasetSchema, FieldSpec, Role
 
@@ -153,13 +161,20 @@ class EpisodeWriter:
     """
 
     def __init__(
-        self, dataset: Dataset, episode: int, present: frozenset[str], *, steps: int = 0
+        self,
+        access: DatasetAccess,
+        episode: int,
+        present: frozenset[str],
+        *,
+        on_finalized: Callable[[int], None],
+        steps: int = 0,
     ) -> None:
-        self._dataset = dataset
+        self._access = access
+        self._on_finalized = on_finalized
         self._episode = episode
         self._present = present
         self._generic: _RowBuilder | None = None
-        self._plan: StepPlan = dataset._writer_plans.get(dataset.schema, present)
+        self._plan: StepPlan = access.plans.get(access.schema, present)
         # the backend whose append_step (None: it has none) add_step last looked up
         self._bound: StorageBackend | None = None
         self._append_step: Callable[[int, Mapping[str, Any]], None] | None = None
@@ -169,31 +184,40 @@ class EpisodeWriter:
 
     @classmethod
     def start(
-        cls, dataset: Dataset, observation: Any, infos: Mapping[str, Any] | None
+        cls,
+        access: DatasetAccess,
+        observation: Any,
+        infos: Mapping[str, Any] | None,
+        *,
+        on_finalized: Callable[[int], None],
     ) -> EpisodeWriter:
         """Validate the reset row and begin a new ongoing episode."""
         # most resets give the fields the previous one gave: its plan builds their row
-        last = dataset._writer_plans.last
+        last = access.plans.last
         rows = None if last is None else last.reset_rows(observation, infos or None)
         if last is not None and rows is not None:
             present = last.present
         else:
-            where = f"episode {dataset.num_episodes}, reset"
-            rows, present = _reset_rows(dataset.schema, observation, infos, where)
-        with dataset._io_lock:
-            episode = dataset._backend.start_episode(rows)
-        return cls(dataset, episode, present)
+            where = f"episode {len(access.snapshot())}, reset"
+            rows, present = _reset_rows(access.schema, observation, infos, where)
+        with access.lock:
+            episode = access.backend.start_episode(rows)
+        return cls(access, episode, present, on_finalized=on_finalized)
 
     @classmethod
-    def resume(cls, dataset: Dataset, episode: int) -> EpisodeWriter:
+    def resume(
+        cls, access: DatasetAccess, episode: int, *, on_finalized: Callable[[int], None]
+    ) -> EpisodeWriter:
         """A writer for an ongoing episode that already has rows."""
-        table = dataset.backend.episode_table()
+        table = access.snapshot()
         present = frozenset(
             spec.qualified_key
-            for spec in dataset.schema
+            for spec in access.schema
             if spec.qualified_key not in table.present or table.present[spec.qualified_key][episode]
         )
-        return cls(dataset, episode, present, steps=int(table.length[episode]))
+        return cls(
+            access, episode, present, on_finalized=on_finalized, steps=int(table.length[episode])
+        )
 
     @property
     def episode(self) -> int:
@@ -209,7 +233,7 @@ class EpisodeWriter:
     def _builder(self) -> _RowBuilder:
         # built on the first step the plan does not recognize: most writers never need it
         if self._generic is None:
-            self._generic = _RowBuilder(self._dataset.schema, self._present)
+            self._generic = _RowBuilder(self._access.schema, self._present)
         return self._generic
 
     def _where(self) -> str:
@@ -234,9 +258,9 @@ class EpisodeWriter:
         if exact is not None:
             values, terminated, truncated = exact
             if type(terminated) is bool and type(truncated) is bool:
-                dataset = self._dataset
-                with dataset._io_lock:
-                    backend = dataset._backend
+                access = self._access
+                with access.lock:
+                    backend = access.backend
                     if backend is not self._bound:
                         self._bound = backend
                         self._append_step = getattr(backend, "append_step", None)
@@ -279,9 +303,9 @@ class EpisodeWriter:
     def _commit(self, rows: dict[str, npt.NDArray[Any]], terminated: bool, truncated: bool) -> None:
         count = next(iter(rows.values())).shape[0] if rows else 0
         if count:
-            dataset = self._dataset
-            with dataset._io_lock:
-                dataset._backend.append_rows(self._episode, rows)
+            access = self._access
+            with access.lock:
+                access.backend.append_rows(self._episode, rows)
             self._steps += count
         if terminated or truncated:
             self._finalize(terminated=terminated, truncated=truncated)
@@ -312,12 +336,13 @@ class EpisodeWriter:
         )
 
     def _finalize(self, *, terminated: bool, truncated: bool) -> None:
-        with self._dataset._io_lock:
-            self._dataset.backend.finalize_episode(
+        access = self._access
+        with access.lock:
+            access.backend.finalize_episode(
                 self._episode, terminated=terminated, truncated=truncated
             )
         self._closed = True
-        self._dataset._after_episode_written(self._episode)
+        self._on_finalized(self._episode)
 
     def __enter__(self) -> Self:
         return self
@@ -358,8 +383,9 @@ class ActionOutEpisodeWriter:
     reward pair with no observation and are dropped (``end`` returns how many).
     """
 
-    def __init__(self, dataset: Dataset) -> None:
-        self._dataset = dataset
+    def __init__(self, access: DatasetAccess, *, on_finalized: Callable[[int], None]) -> None:
+        self._access = access
+        self._on_finalized = on_finalized
         self._writer: EpisodeWriter | None = None
         self._pending: dict[str, Any] = {}
 
@@ -378,14 +404,15 @@ class ActionOutEpisodeWriter:
             )
         acted: dict[str, Any] = {k: data[k] for k in ("actions", "rewards") if k in data}
         observed: dict[str, Any] = {k: data[k] for k in ("observations", "infos") if k in data}
-        schema = self._dataset.schema
+        access = self._access
+        schema = access.schema
         if self._writer is None:
-            where = f"episode {self._dataset.num_episodes}, action-out step 0"
+            where = f"episode {len(access.snapshot())}, action-out step 0"
             rows, present = _reset_rows(schema, data.get("observations"), data.get("infos"), where)
             _check_acted(_RowBuilder(schema, present), acted, where)
-            with self._dataset._io_lock:
-                episode = self._dataset.backend.start_episode(rows)
-            self._writer = EpisodeWriter(self._dataset, episode, present)
+            with access.lock:
+                episode = access.backend.start_episode(rows)
+            self._writer = EpisodeWriter(access, episode, present, on_finalized=self._on_finalized)
         else:
             writer = self._writer
             prepared = writer._prepare({**self._pending, **observed})
@@ -436,10 +463,11 @@ class VectorEpisodeWriter:
 
     def __init__(
         self,
-        dataset: Dataset,
+        access: DatasetAccess,
         observations: Any,
         infos: Mapping[str, Any] | None,
         *,
+        on_finalized: Callable[[int], None],
         autoreset_mode: AutoresetMode = "next_step",
     ) -> None:
         # Gymnasium's own AutoresetMode enum (envs.metadata["autoreset_mode"]) works too
@@ -447,11 +475,12 @@ class VectorEpisodeWriter:
             str(getattr(autoreset_mode, "value", "")), autoreset_mode
         )
         if autoreset_mode not in ("next_step", "same_step"):
-            raise SchemaError(
+            raise ArgumentError(
                 f"autoreset_mode must be 'next_step' or 'same_step', got {autoreset_mode!r}; "
                 "record envs without autoreset with one new_episode() per sub-env"
             )
-        self._dataset = dataset
+        self._access = access
+        self._on_finalized = on_finalized
         self._mode = autoreset_mode
         self._num_envs = _batch_size(observations)
         _check_sub_envs(observations, "observations", self._num_envs, "vector reset")
@@ -472,7 +501,7 @@ class VectorEpisodeWriter:
         return [None if w is None else w.episode for w in self._writers]
 
     def _env_infos(self, infos: Mapping[str, Any] | None, i: int) -> dict[str, Any] | None:
-        if not infos or not self._dataset.schema.by_role("info"):
+        if not infos or not self._access.schema.by_role("info"):
             return None
         # Gymnasium marks which sub-envs set an info key with a '_key' boolean array,
         # at every level of nested info dicts
@@ -486,12 +515,13 @@ class VectorEpisodeWriter:
         self, observation: Any, infos: Mapping[str, Any] | None, i: int
     ) -> tuple[dict[str, npt.NDArray[Any]], frozenset[str]]:
         where = f"vector sub-env {i}, reset"
-        return _reset_rows(self._dataset.schema, observation, infos, where)
+        return _reset_rows(self._access.schema, observation, infos, where)
 
     def _begin(self, rows: dict[str, npt.NDArray[Any]], present: frozenset[str]) -> EpisodeWriter:
-        with self._dataset._io_lock:
-            episode = self._dataset.backend.start_episode(rows)
-        return EpisodeWriter(self._dataset, episode, present)
+        access = self._access
+        with access.lock:
+            episode = access.backend.start_episode(rows)
+        return EpisodeWriter(access, episode, present, on_finalized=self._on_finalized)
 
     def add_step(self, step: Mapping[str, Any]) -> None:
         """Record one ``envs.step(actions)``: every value has a leading ``[N]`` axis."""

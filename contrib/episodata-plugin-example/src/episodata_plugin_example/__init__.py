@@ -91,6 +91,8 @@ class HDF5Backend:
     name: ClassVar[str] = "hdf5"
     description: ClassVar[str] = "one HDF5 file per dataset (h5py, SWMR readers)"
     Options: ClassVar[type[BaseModel]] = HDF5Options
+    # reads wait on HDF5 chunk reads and decompression, which release the GIL
+    default_prefetch: ClassVar[int] = 2
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -109,12 +111,22 @@ class HDF5Backend:
         return cls(store)
 
     @classmethod
-    def open(cls, location: str, options: BaseModel, *, writable: bool) -> Self:
-        """Open the dataset at ``location``; a writable open recovers after a crash."""
-        # imported here: episodata_core.dataset pulls in the registry, hooks and writers
-        from episodata_core.dataset import read_manifest
+    def open(
+        cls,
+        location: str,
+        options: BaseModel,
+        *,
+        writable: bool,
+        schema: DatasetSchema | None = None,
+    ) -> Self:
+        """Open the dataset at ``location``; a writable open recovers after a crash.
 
-        schema = read_manifest(location).schema
+        ``schema`` is the manifest's (the core passes it); without it the manifest is read.
+        """
+        if schema is None:
+            from episodata_core.manifest import read_manifest
+
+            schema = read_manifest(location).schema
         store: Store = _engine().Store.open(
             Path(location), schema, coerce_options(options, HDF5Options), writable=writable
         )

@@ -74,6 +74,10 @@ class StoreConfig(_Strict):
     )
     options: dict[str, Any] = Field(default_factory=dict, description="The backend's Options.")
 
+    def backend_name(self) -> str:
+        """``backend``, or the default for a dataset with (or without) a path."""
+        return self.backend or registry.default_backend(self.path or None)
+
 
 class ExportStep(_Strict):
     """Write the dataset out with an exporter plugin."""
@@ -149,7 +153,7 @@ class PipelineConfig(_Strict):
         else:
             steps.append(f"open {source.dataset}")
         if self.store is not None:
-            backend = _store_backend(self.store)
+            backend = self.store.backend_name()
             validate_options(classes["backend", backend], self.store.options, "store.options")
             steps.append(f"store in {self.store.path or 'memory'} ({backend})")
         for number, export in enumerate(self.exports):
@@ -204,7 +208,7 @@ class PipelineConfig(_Strict):
         if isinstance(self.source, ImportSource):
             named.append(("source.importer", "importer", self.source.importer))
         if self.store is not None:
-            named.append(("store.backend", "backend", _store_backend(self.store)))
+            named.append(("store.backend", "backend", self.store.backend_name()))
         named += [
             (f"exports[{n}].exporter", "exporter", e.exporter) for n, e in enumerate(self.exports)
         ]
@@ -238,10 +242,6 @@ def _holds_dataset(path: str, *, finished: bool = False) -> bool:
     except (OSError, ValueError):
         return True  # unreadable: not ours to replace
     return not (isinstance(document, dict) and document.get("incomplete"))
-
-
-def _store_backend(store: StoreConfig) -> str:
-    return store.backend or ("zarr" if store.path else "memory")
 
 
 def _plugin(kind: registry.PluginKind, name: str, where: str) -> Any:

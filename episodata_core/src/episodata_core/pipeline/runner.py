@@ -115,8 +115,7 @@ class Pipeline:
                 registry.unregister(kind, name)
 
     def _run(self, executor: Executor, progress: bool) -> PipelineResult:
-        manager = hooks.get_plugin_manager()
-        manager.hook.on_pipeline_start(pipeline=self)
+        hooks.call_hook("on_pipeline_start", pipeline=self)
         current = "start"
         try:
             self._import_report = None
@@ -138,18 +137,17 @@ class Pipeline:
                     ),
                 )
                 result.export_reports.append(executor.execute(step))
-                manager.hook.after_pipeline_step(pipeline=self, step=current)
+                hooks.call_hook("after_pipeline_step", pipeline=self, step=current)
         except BaseException as err:
-            manager.hook.on_pipeline_error(pipeline=self, error=err)
+            hooks.call_hook("on_pipeline_error", pipeline=self, error=err)
             if isinstance(err, EpisodataError):
                 err.add_note(f"pipeline step that failed: {current}")
             raise
-        manager.hook.on_pipeline_end(pipeline=self, result=result)
+        hooks.call_hook("on_pipeline_end", pipeline=self, result=result)
         return result
 
     def _source_step(self, executor: Executor, progress: bool) -> Dataset:
         source, store = self.config.source, self.config.store
-        manager = hooks.get_plugin_manager()
         if isinstance(source, ImportSource):
             name = f"source ({source.importer} import of {source.path})"
             step = Step(
@@ -165,11 +163,13 @@ class Pipeline:
             )
             dataset: Dataset
             dataset, self._import_report = executor.execute(step)
-            manager.hook.after_pipeline_step(pipeline=self, step=name)
+            hooks.call_hook("after_pipeline_step", pipeline=self, step=name)
             return dataset
         assert isinstance(source, DatasetSource)
         opened = Dataset.open(source.dataset)
-        manager.hook.after_pipeline_step(pipeline=self, step=f"source (open {source.dataset})")
+        hooks.call_hook(
+            "after_pipeline_step", pipeline=self, step=f"source (open {source.dataset})"
+        )
         if store is None or store.path is None:
             return opened
         name = f"store (copy to {store.path})"
@@ -181,7 +181,7 @@ class Pipeline:
                 ),
             )
         )
-        manager.hook.after_pipeline_step(pipeline=self, step=name)
+        hooks.call_hook("after_pipeline_step", pipeline=self, step=name)
         return copy
 
     def _provenance(self) -> dict[str, Any]:
@@ -203,7 +203,7 @@ class Pipeline:
         if isinstance(source, ImportSource):
             wanted.add(("importer", source.importer))
         if self.config.store is not None:
-            wanted.add(("backend", self.config.store.backend or "zarr"))
+            wanted.add(("backend", self.config.store.backend_name()))
         wanted |= {("exporter", e.exporter) for e in self.config.exports}
         return sorted(
             {

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from episodata_core.errors import SchemaError
+from episodata_core._access import DatasetAccess
+from episodata_core.errors import ArgumentError, SchemaError
 
 if TYPE_CHECKING:
     from episodata_core.dataset import Dataset
@@ -48,12 +49,12 @@ class WindowSpec:
         """Validate the length arguments of ``segments()`` and ``segment_stream()``."""
         if sequence_length is not None:
             if context_length is not None or target_length is not None:
-                raise SchemaError(
+                raise ArgumentError(
                     "give either sequence_length or context_length + target_length, not both"
                 )
             return cls(positive_int("sequence_length", sequence_length))
         if context_length is None or target_length is None:
-            raise SchemaError(
+            raise ArgumentError(
                 "segment length missing: pass sequence_length=L, or context_length=C and "
                 "target_length=K for context/target batches"
             )
@@ -65,14 +66,14 @@ class WindowSpec:
 def positive_int(name: str, value: Any) -> int:
     """``value`` as an int, or a clear error if it is not a positive integer."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise SchemaError(f"{name} must be a positive integer, got {value!r}")
+        raise ArgumentError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
 def check_pad(pad: Any) -> Pad:
     """Validate ``pad=``."""
     if pad not in ("suffix", "prefix", None):
-        raise SchemaError(
+        raise ArgumentError(
             f"pad must be 'suffix' (zeros after), 'prefix' (zeros before) or None (skip "
             f"short episodes), got {pad!r}"
         )
@@ -83,18 +84,20 @@ class SegmentIndex:
     """Windows of ``length`` transitions over the episodes of a dataset.
 
     ``len(index)`` is the number of windows. :meth:`locate` maps window positions to
-    ``(episode, start)`` pairs; ``start`` counts transitions.
+    ``(episode, start)`` pairs; ``start`` counts transitions. Made over a dataset or the
+    access object of one (what the core's streams pass).
     """
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: Dataset | DatasetAccess,
         length: int,
         *,
         pad: Pad = "suffix",
         filter: EpisodeFilter | None = None,
     ) -> None:
-        self._dataset = dataset
+        self._source = dataset
+        self.access = dataset if isinstance(dataset, DatasetAccess) else dataset.access
         self.length = length
         self.pad = pad
         self._filter = filter
@@ -106,6 +109,21 @@ class SegmentIndex:
         self._watch = np.zeros(0, dtype=np.int64)  # ongoing at the last refresh
         self.version = 0
         self.refresh()
+
+    def use(self, dataset: Dataset) -> None:
+        """Read through ``dataset`` from now on (a DataLoader worker's own handle)."""
+        self._source = dataset
+        self.access = dataset.access
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the access object holds a lock and a live backend: an index made over a
+        # dataset travels with the dataset (by location) and reads through its access
+        return {key: value for key, value in self.__dict__.items() if key != "access"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        source = self._source
+        self.access = source if isinstance(source, DatasetAccess) else source.access
 
     def __len__(self) -> int:
         return int(self._cumulative[-1]) if len(self._cumulative) else 0
@@ -141,11 +159,13 @@ class SegmentIndex:
         Returns whether anything changed. Costs O(new + ongoing episodes), plus a
         re-summation from the first changed episode onwards.
         """
-        with self._dataset._io_lock:
-            return self.refresh_from(self._dataset.backend.episode_table())
+        access = self.access
+        # held through refresh_from: the filter reads episodes of this very snapshot
+        with access.lock:
+            return self.refresh_from(access.backend.episode_table())
 
     def refresh_from(self, table: EpisodeTable) -> bool:
-        """:meth:`refresh` from a snapshot the caller took under the dataset's I/O lock.
+        """:meth:`refresh` from a snapshot the caller took under the access lock.
 
         For a caller that reads rows with the same snapshot (one table per batch).
         """
@@ -163,7 +183,7 @@ class SegmentIndex:
             from episodata_core.episode import Episode
 
             keep = np.array(
-                [bool(self._filter(Episode(self._dataset, int(e)))) for e in changed], dtype=bool
+                [bool(self._filter(Episode(self.access, int(e)))) for e in changed], dtype=bool
             )
             counts = np.where(keep, counts, 0)
         windows[changed] = counts
@@ -210,7 +230,7 @@ class SegmentIndex:
 
     def describe_empty(self) -> str:
         """Why the index has no windows, with the fix."""
-        table = self._dataset.backend.episode_table()
+        table = self.access.snapshot()
         if not len(table):
             return "the dataset has no episodes yet"
         longest = int(table.length.max())

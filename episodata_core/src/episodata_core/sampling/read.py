@@ -15,7 +15,7 @@ from episodata_core.protocols import GatherRequest
 from episodata_core.views import Batch, Flags, Transition
 
 if TYPE_CHECKING:
-    from episodata_core.dataset import Dataset
+    from episodata_core._access import DatasetAccess
     from episodata_core.protocols import EpisodeTable
     from episodata_core.sampling.index import Pad
 
@@ -23,7 +23,7 @@ __all__ = ["read_transitions", "read_windows"]
 
 
 def read_windows(
-    dataset: Dataset,
+    access: DatasetAccess,
     episodes: npt.NDArray[np.int64],
     starts: npt.NDArray[np.int64],
     *,
@@ -37,10 +37,11 @@ def read_windows(
     Windows of episodes shorter than ``length`` are padded with zeros at the end
     (``pad="suffix"``) or the beginning (``"prefix"``); ``mask`` marks real transitions.
     """
-    with dataset._io_lock:
+    with access.lock:
+        backend = access.backend
         # one snapshot for the window bounds, the flags and the rows: a writer cannot
         # grow or finalize an episode in between
-        table = dataset.backend.episode_table()
+        table = backend.episode_table()
         lengths = table.length[episodes].astype(np.int64)
         short = lengths < length
         counts = np.where(short, lengths + 1, length + 1)
@@ -57,9 +58,9 @@ def read_windows(
             num_rows=length + 1,
             fields=fields,
         )
-        buffers = dataset.backend.gather_rows(request)
+        buffers = backend.gather_rows(request)
     flags = _flags(ends, end_flags, offsets, real, length)
-    return Batch(dataset.schema, buffers, flags, split=split)
+    return Batch(backend.schema, buffers, flags, split=split)
 
 
 def table_flags(
@@ -91,7 +92,7 @@ def _flags(
 
 
 def read_transitions(
-    dataset: Dataset,
+    access: DatasetAccess,
     episodes: npt.NDArray[np.int64],
     starts: npt.NDArray[np.int64],
     fields: tuple[str, ...],
@@ -102,7 +103,7 @@ def read_transitions(
 
     The same result as a window of length 1 through :func:`read_windows`, without its
     padding and per-step flag arithmetic: this is the per-call cost of a replay buffer.
-    ``table`` is a snapshot the caller took under the dataset's I/O lock, still held.
+    ``table`` is a snapshot the caller took under ``access.lock``, still held.
     """
     size = len(episodes)
     request = GatherRequest(
@@ -115,16 +116,17 @@ def read_transitions(
     )
     terminated = np.zeros(size, dtype=bool)
     truncated = np.zeros(size, dtype=bool)
-    with dataset._io_lock:
+    with access.lock:
+        backend = access.backend
         if table is None:
-            table = dataset.backend.episode_table()
+            table = backend.episode_table()
         # one snapshot for flags and rows: a writer cannot move an episode in between
         (last,) = np.nonzero(starts + 1 == table.length[episodes])
         # flags live on episodes' last transitions only: look up those few, not all B
         terminated[last], truncated[last] = table_flags(table, episodes[last])
-        buffers = dataset.backend.gather_rows(request)
+        buffers = backend.gather_rows(request)
     flags = Flags(terminated, truncated, np.ones(size, dtype=bool))
-    return Transition(dataset.schema, buffers, flags, batched=True)
+    return Transition(backend.schema, buffers, flags, batched=True)
 
 
 def stack_segments(segments: list[Any]) -> tuple[dict[str, npt.NDArray[Any]], Flags]:

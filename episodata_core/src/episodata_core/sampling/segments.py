@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import SchemaError
+from episodata_core.errors import ArgumentError, SchemaError
 from episodata_core.sampling.index import EpisodeFilter, Pad, SegmentIndex, WindowSpec
 from episodata_core.sampling.read import read_windows, stack_segments
 from episodata_core.sampling.transport import for_transport
@@ -45,7 +45,7 @@ class SegmentDataset:
         world_size: int = 1,
     ) -> None:
         if not 0 <= rank < world_size:
-            raise SchemaError(f"rank must be in [0, world_size={world_size}), got {rank}")
+            raise ArgumentError(f"rank must be in [0, world_size={world_size}), got {rank}")
         self._dataset = dataset
         self._spec = spec
         self._fields = fields
@@ -65,7 +65,7 @@ class SegmentDataset:
             # caches by the number of workers, which a spawned worker learns only once
             # its loop runs, after it unpickled this object
             self._dataset = self._dataset.reopen_for_reading()
-            self.index._dataset = self._dataset
+            self.index.use(self._dataset)
             self._pid = os.getpid()
         return self._dataset
 
@@ -84,7 +84,7 @@ class SegmentDataset:
         """One backend read for a whole batch of segment indices."""
         episodes, starts = self.index.locate(self._positions(indices))
         return read_windows(
-            self.dataset,
+            self.dataset.access,
             episodes,
             starts,
             length=self._spec.length,

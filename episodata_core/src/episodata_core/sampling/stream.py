@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from episodata_core import registry
-from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.errors import ArgumentError, DatasetStateError, SchemaError
 from episodata_core.protocols import default_prefetch
 from episodata_core.sampling.index import (
     EpisodeFilter,
@@ -40,7 +40,7 @@ from episodata_core.sampling.read import read_windows
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from episodata_core.dataset import Dataset
+    from episodata_core._access import DatasetAccess
     from episodata_core.views import Batch
 
 __all__ = ["SegmentStream"]
@@ -49,11 +49,14 @@ _END = object()
 
 
 class SegmentStream:
-    """An iterator of :class:`~episodata_core.views.Batch` objects over a dataset."""
+    """An iterator of :class:`~episodata_core.views.Batch` objects over a dataset.
+
+    Reads through the dataset's :class:`~episodata_core._access.DatasetAccess`.
+    """
 
     def __init__(
         self,
-        dataset: Dataset,
+        access: DatasetAccess,
         spec: WindowSpec,
         *,
         batch_size: int,
@@ -69,20 +72,20 @@ class SegmentStream:
     ) -> None:
         batch_size = positive_int("batch_size", batch_size)
         if not 0 <= rank < world_size:
-            raise SchemaError(f"rank must be in [0, world_size={world_size}), got {rank}")
+            raise ArgumentError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if not shuffle and sampler is not None:
-            raise SchemaError("sampler= only applies to shuffle=True streams")
-        self._dataset = dataset
+            raise ArgumentError("sampler= only applies to shuffle=True streams")
+        self._access = access
         self._spec = spec
         self._batch_size = batch_size
         self._shuffle = shuffle
         self._pad = pad
         self._fields = fields
         if prefetch is None:
-            prefetch = default_prefetch(dataset.backend)
+            prefetch = default_prefetch(access.backend)
         self._prefetch = max(int(prefetch), 0)
         self._rank, self._world_size = rank, world_size
-        self.index = SegmentIndex(dataset, spec.length, pad=pad, filter=filter)
+        self.index = SegmentIndex(access, spec.length, pad=pad, filter=filter)
         # each rank draws from its own child of the seed, so shards never coincide
         self._seed = np.random.SeedSequence(seed).spawn(world_size)[rank]
         self.sampler = self._make_sampler(sampler)
@@ -101,7 +104,7 @@ class SegmentStream:
             sampler_cls: Any = registry.get_sampler(sampler)
             return sampler_cls(seed=self._seed)
         if not callable(getattr(sampler, "sample", None)):
-            raise SchemaError(
+            raise ArgumentError(
                 f"sampler must be a registered name or an object with sample(index, "
                 f"batch_size), got {type(sampler).__name__}"
             )
@@ -128,7 +131,7 @@ class SegmentStream:
             return None
         episodes, starts = self.index.locate(positions)
         batch = read_windows(
-            self._dataset,
+            self._access,
             episodes,
             starts,
             length=self._spec.length,

@@ -79,6 +79,9 @@ class NpzDirectoryBackend:
     name: ClassVar[str] = "npz_directory"
     description: ClassVar[str] = "one compressed .npz archive per episode; numpy.load reads them"
     Options: ClassVar[type[BaseModel]] = NpzDirectoryOptions
+    # reads wait on archive files and decompression, which release the GIL
+    default_prefetch: ClassVar[int] = 2
+
     older_generations: ClassVar[tuple[str, ...]] = ("0.2",)
 
     @classmethod
@@ -138,25 +141,31 @@ class NpzDirectoryBackend:
         return cls(root, schema, coerce_options(options, NpzDirectoryOptions), writable=True)
 
     @classmethod
-    def open(cls, location: str, options: BaseModel, *, writable: bool) -> Self:
+    def open(
+        cls,
+        location: str,
+        options: BaseModel,
+        *,
+        writable: bool,
+        schema: DatasetSchema | None = None,
+    ) -> Self:
         """Open a dataset folder; ``writable=True`` first repairs what a killed writer left.
 
         A read-only open changes no file: it ignores temporary files, half-written log
-        lines and spills that a finished commit made obsolete.
+        lines and spills that a finished commit made obsolete. ``schema`` is the
+        manifest's (the core passes it); without it the manifest is read here.
         """
-        # imported here: episodata_core.dataset pulls in the registry, hooks and writers
-        from episodata_core.dataset import read_manifest
+        if schema is None:
+            from episodata_core.manifest import read_manifest
 
-        manifest = read_manifest(location)
+            schema = read_manifest(location).schema
         root = Path(location)
         if not (root / EPISODES).is_dir():
             raise DatasetStateError(
                 f"{location!r} has no {EPISODES}/ folder: it is not an npz_directory dataset "
                 "or the folder was damaged"
             )
-        backend = cls(
-            root, manifest.schema, coerce_options(options, NpzDirectoryOptions), writable=writable
-        )
+        backend = cls(root, schema, coerce_options(options, NpzDirectoryOptions), writable=writable)
         # before any repair or read: an edited manifest or log must not size anything
         backend._scanner.check_schema()
         if writable:

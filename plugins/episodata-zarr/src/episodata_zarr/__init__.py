@@ -85,6 +85,8 @@ class ZarrBackend:
     )
     Options: ClassVar[type[BaseModel]] = ZarrOptions
     older_generations: ClassVar[tuple[str, ...]] = ("0.2",)
+    # reads wait on chunk files and decoding, which release the GIL
+    default_prefetch: ClassVar[int] = 2
 
     def __init__(self, store: ZarrStore | RemoteStore) -> None:
         self._store = store
@@ -121,8 +123,18 @@ class ZarrBackend:
         )
 
     @classmethod
-    def open(cls, location: str, options: BaseModel, *, writable: bool = False) -> Self:
+    def open(
+        cls,
+        location: str,
+        options: BaseModel,
+        *,
+        writable: bool = False,
+        schema: DatasetSchema | None = None,
+    ) -> Self:
         """Open the dataset in ``location``; a writable open recovers after a crash.
+
+        The schema comes from the arrays' attributes and is checked against the
+        manifest's; ``schema`` (the manifest's, passed by the core) is not needed.
 
         In a ``fork()`` child of a process that used TensorStore (a DataLoader worker), a
         read-only open reads through a helper process, since TensorStore cannot run there.
