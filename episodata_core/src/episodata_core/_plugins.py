@@ -22,7 +22,7 @@ from episodata_core.errors import (
     PluginNotFoundError,
 )
 
-PluginKind = Literal["backend", "sampler", "importer", "exporter", "hook"]
+PluginKind = Literal["backend", "sampler", "importer", "exporter", "executor", "hook"]
 
 KINDS: tuple[PluginKind, ...] = get_args(PluginKind)
 GROUPS: dict[PluginKind, str] = {
@@ -30,6 +30,7 @@ GROUPS: dict[PluginKind, str] = {
     "sampler": "episodata.samplers",
     "importer": "episodata.importers",
     "exporter": "episodata.exporters",
+    "executor": "episodata.executors",
     "hook": "episodata.hooks",
 }
 DISABLED_ENV = "EPISODATA_DISABLED_PLUGINS"
@@ -48,6 +49,8 @@ WELL_KNOWN: dict[tuple[PluginKind, str], tuple[str, str]] = {
     ("exporter", "lerobot"): ("episodata-lerobot", 'pip install "episodata[lerobot]"'),
     ("importer", "offset-segments"): ("episodata-segments", _INSTALL_DEFAULT),
     ("exporter", "offset-segments"): ("episodata-segments", _INSTALL_DEFAULT),
+    ("executor", "local"): ("episodata-core", _INSTALL_DEFAULT),
+    ("executor", "ray"): ("episodata-ray", 'pip install "episodata[ray]"'),
     ("sampler", "uniform"): ("episodata-core", _INSTALL_DEFAULT),
     ("sampler", "episode-uniform"): ("episodata-core", _INSTALL_DEFAULT),
     ("sampler", "without-replacement"): ("episodata-core", _INSTALL_DEFAULT),
@@ -209,12 +212,14 @@ def not_found_message(kind: PluginKind, name: str) -> str:
 def required_members(kind: PluginKind) -> tuple[str, ...]:
     """List the members a ``kind`` plugin class must have: its Protocol's and ``name`` etc."""
     from episodata_core import protocols  # kept out of `import episodata_core.registry`
+    from episodata_core.pipeline.runner import Executor
 
     protocol: type = {
         "backend": protocols.StorageBackend,
         "sampler": protocols.Sampler,
         "importer": protocols.Importer,
         "exporter": protocols.Exporter,
+        "executor": Executor,
     }[kind]
     members = {m for m in (*vars(protocol), *protocol.__annotations__) if not m.startswith("_")}
     return tuple(sorted(members | set(_DECLARED)))

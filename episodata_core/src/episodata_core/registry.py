@@ -1,8 +1,8 @@
 """Entry-point discovery and lookup for every plugin kind.
 
 Plugins are found through the entry-point groups ``episodata.backends``,
-``episodata.samplers``, ``episodata.importers``, ``episodata.exporters`` and
-``episodata.hooks``. Nothing is read at import: the first lookup reads the entry points
+``episodata.samplers``, ``episodata.importers``, ``episodata.exporters``,
+``episodata.executors`` and ``episodata.hooks``. Nothing is read at import: the first lookup reads the entry points
 once (metadata only) and caches them; a plugin's code is imported the first time it is
 selected by name, and the loaded class is cached. :func:`refresh_plugins` clears the
 caches. Runtime registrations (:func:`register_backend` and friends) are for notebooks
@@ -37,6 +37,7 @@ from episodata_core.errors import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from episodata_core.pipeline.runner import Executor
     from episodata_core.protocols import Exporter, Importer, Sampler, StorageBackend
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "PluginKind",
     "PluginStatus",
     "get_backend",
+    "get_executor",
     "get_exporter",
     "get_importer",
     "get_sampler",
@@ -52,6 +54,7 @@ __all__ = [
     "prefer_plugin",
     "refresh_plugins",
     "register_backend",
+    "register_executor",
     "register_exporter",
     "register_importer",
     "register_sampler",
@@ -127,6 +130,11 @@ def get_importer(name: str) -> type[Importer]:
 def get_exporter(name: str) -> type[Exporter]:
     """Return the exporter class registered as ``name``; raises like :func:`get_backend`."""
     return cast("type[Exporter]", _get("exporter", name))
+
+
+def get_executor(name: str) -> type[Executor]:
+    """Return the pipeline executor class registered as ``name`` (``"local"``, ``"ray"``)."""
+    return cast("type[Executor]", _get("executor", name))
 
 
 def prefer_plugin(kind: PluginKind, name: str, distribution: str) -> None:
@@ -296,6 +304,19 @@ def register_exporter(
 ) -> _C | Callable[[_C], _C]:
     """Register an exporter class at runtime; see :func:`register_backend`."""
     return _registrar("exporter", cls, name, replace)
+
+
+@overload
+def register_executor(cls: _C, *, name: str | None = None, replace: bool = False) -> _C: ...
+@overload
+def register_executor(
+    cls: None = None, *, name: str | None = None, replace: bool = False
+) -> Callable[[_C], _C]: ...
+def register_executor(
+    cls: _C | None = None, *, name: str | None = None, replace: bool = False
+) -> _C | Callable[[_C], _C]:
+    """Register a pipeline executor class at runtime; also usable as a decorator."""
+    return _registrar("executor", cls, name, replace)
 
 
 def _registrar(

@@ -49,6 +49,7 @@ def _load_all(kind: registry.PluginKind | None) -> None:
         "sampler": registry.get_sampler,
         "importer": registry.get_importer,
         "exporter": registry.get_exporter,
+        "executor": registry.get_executor,
     }
     # a failure is recorded in the registry and shown in the listing, so it is not
     # reported twice here (no exception, no warning)
