@@ -38,5 +38,12 @@ def ray_session():
                     if attempt:
                         raise
             gc.collect()
+    with warnings.catch_warnings():
+        # Ray Data's own default context sets a field that it then calls deprecated;
+        # the context is made once per process, here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import ray.data
+
+        ray.data.DataContext.get_current()
     yield ray
     ray.shutdown()

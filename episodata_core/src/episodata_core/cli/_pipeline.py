@@ -15,6 +15,8 @@ __all__ = ["COMMANDS"]
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_toml(args.file, allow_import_paths=args.allow_import_paths)
+    if args.executor is not None or args.address is not None:
+        pipeline = pipeline.with_executor(args.executor, address=args.address)
     if args.action == "validate":
         steps = pipeline.validate()
         print(
@@ -45,6 +47,8 @@ COMMANDS: tuple[Command, ...] = (
             arg("action", choices=("validate", "run"), help="validate: check only; run: execute"),
             arg("file", help="pipeline TOML file"),
             arg("-q", "--quiet", action="store_true", help="no progress bars or summary"),
+            arg("--executor", help="run on this executor instead of the file's (local, ray)"),
+            arg("--address", help="the executor's cluster address ('auto', 'ray://HOST:10001')"),
             arg(
                 "--allow-import-paths",
                 action="store_true",
