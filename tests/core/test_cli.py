@@ -111,7 +111,7 @@ def test_usage_errors_exit_2(capsys, argv, message):
     [
         (["--help"], r"commands:\n  COMMAND\n    quickstart\s+record CartPole"),
         (["-h"], r"--version +show the versions of episodata-core and episodata"),
-        (["plugins", "--help"], r"--kind \{backend,sampler,importer,exporter,hook\}"),
+        (["plugins", "--help"], r"--kind \{backend,sampler,importer,exporter,executor,hook\}"),
     ],
 )
 def test_help_everywhere(capsys, argv, expected):

@@ -43,7 +43,7 @@ _STEP_ROLES = ("action", "reward")  # stored from row 1 on: row 0 is a hidden ze
 NEXT = "next/"
 
 
-class _EpisodeSource(Datasource):  # type: ignore[misc]
+class _EpisodeSource(Datasource):
     """Finalized episodes of one dataset, split into contiguous ranges per read task."""
 
     def __init__(
@@ -53,7 +53,7 @@ class _EpisodeSource(Datasource):  # type: ignore[misc]
         sequence_length: int | None,
         stride: int,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         if sequence_length is not None and sequence_length < 1:
             raise ValueError(f"sequence_length must be at least 1, got {sequence_length}")
         if stride < 1:
@@ -72,7 +72,8 @@ class _EpisodeSource(Datasource):  # type: ignore[misc]
                 f"{location!r}: no field {unknown[0]!r}; the fields are {list(keys)}"
             )
         for key in chosen:
-            missing = np.flatnonzero(~table.present[key]) if key in table.present else []
+            absent = ~table.present[key] if key in table.present else np.zeros(0, dtype=bool)
+            missing = np.flatnonzero(absent)
             if len(missing):
                 raise FieldNotFoundError(
                     f"{location!r}: field {key!r} is optional and absent from episode "
@@ -221,7 +222,7 @@ def read_windows(
     return ray.data.read_datasource(source, override_num_blocks=override_num_blocks)
 
 
-class _EpisodeSink(Datasink[tuple[int, str]]):  # type: ignore[misc]
+class _EpisodeSink(Datasink[tuple[int, str]]):
     """Each write task writes a shard; the driver commits them in task order."""
 
     def __init__(self, location: str, schema: DatasetSchema, backend: str | None) -> None:
@@ -242,6 +243,7 @@ class _EpisodeSink(Datasink[tuple[int, str]]):  # type: ignore[misc]
         try:
             for block in blocks:
                 batch = BlockAccessor.for_block(block).to_numpy()
+                assert isinstance(batch, dict), "a block of rows converts to named columns"
                 episodes = _episode_rows(batch, self.schema, number)
                 with shard._io_lock:
                     add_rows(shard.backend, episodes)
