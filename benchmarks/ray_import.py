@@ -70,8 +70,16 @@ def main(argv: list[str] | None = None) -> int:
 
         import ray
 
-        started = time.perf_counter()
-        ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+        for attempt in range(3):
+            # a loaded machine can miss Ray's fixed 30 s start-up deadline: try again
+            started = time.perf_counter()
+            try:
+                ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+                break
+            except Exception:
+                ray.shutdown()
+                if attempt == 2:
+                    raise
         startup_s = time.perf_counter() - started
         started = time.perf_counter()
         result = _pipeline(files, folder / "ray", "ray").run(progress=False)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from tests.fixtures.hdf5_sources import d4rl_tiny
 
 import episodata
 from episodata import Dataset
 from episodata_core.cli import main
 from episodata_core.errors import FormatError, SchemaError
 from episodata_core.pipeline import Pipeline, load_config
-from tests.fixtures.hdf5_sources import d4rl_tiny
 
 
 def _text(path, store) -> str:
