@@ -51,6 +51,7 @@ def _key(schema, role):
     return next(spec.qualified_key for spec in schema if spec.role == role)
 
 
+@pytest.mark.slow
 def test_read_episodes_rows_equal_each_episode(source):
     location, schema, reference = source
     # Ray Data does not keep the row order across read tasks unless asked to
@@ -130,6 +131,7 @@ def test_windows_round_trip_through_a_map_and_the_datasink(source, tmp_path):
     assert not (tmp_path / "doubled.episodata-staging").exists()
 
 
+@pytest.mark.slow
 def test_write_episodes_refuses_a_wrong_dtype_and_leaves_nothing(source, tmp_path):
     location, schema, _ = source
     obs = _key(schema, "observation")

@@ -72,6 +72,7 @@ def _interrupt_when_published(staging: Path, count: int, timeout: float = 60.0) 
     return thread
 
 
+@pytest.mark.slow
 def test_an_interrupted_pipeline_is_marked_incomplete_and_resumes(tmp_path):
     folder = tmp_path / "sources"
     folder.mkdir()

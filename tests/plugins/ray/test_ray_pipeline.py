@@ -92,6 +92,20 @@ def test_importer_warnings_of_a_task_reach_the_caller(tmp_path):
     result.dataset.close()
 
 
+def test_progress_shows_tasks_episodes_and_throughput(tmp_path, capsys):
+    first, _ = d4rl_tiny(tmp_path, case="A")
+    second, _ = d4rl_tiny(tmp_path, case="A", timeout_at_3=True)
+    text = _toml("d4rl", [first, second], tmp_path / "out", "ray")
+    result = Pipeline(load_config(text)).run(progress=True)
+    err = capsys.readouterr().err
+    assert "importing" in err
+    assert "2/2" in err
+    assert f"{result.dataset.num_episodes} episodes" in err
+    assert "MB/s" in err
+    result.dataset.close()
+
+
+@pytest.mark.slow
 def test_a_glob_is_expanded_in_sorted_order(tmp_path):
     folder = tmp_path / "sources"
     folder.mkdir()
@@ -114,6 +128,7 @@ def test_one_file_equals_the_oracle_and_the_local_executor(tmp_path):
     ray.dataset.close()
 
 
+@pytest.mark.slow
 def test_lewm_files_equal_the_local_executor(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -125,6 +140,7 @@ def test_lewm_files_equal_the_local_executor(tmp_path):
     ray.dataset.close()
 
 
+@pytest.mark.slow
 def test_minari_datasets_equal_the_local_executor(tmp_path):
     minari = _fixtures("minari_fixtures", "minari")
     first = minari.tiny(tmp_path / "first")

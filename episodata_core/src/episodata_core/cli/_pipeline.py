@@ -34,6 +34,12 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         )
         for export in pipeline.config.exports:
             print(f"exported: {export.path} ({export.exporter})")
+        ran = result.dataset.manifest.metadata.get("pipeline", {}).get("executor", {})
+        if "tasks" in ran:  # an executor that split the work says how it went
+            print(
+                f"executor: {ran['name']}, {ran['tasks']} tasks on {ran['cluster'].get('cpus')} "
+                f"CPUs ({ran.get('shards_reused', 0)} reused), {ran['seconds']}"
+            )
     result.dataset.close()
     return 0
 
