@@ -196,7 +196,11 @@ SECTIONS: tuple[Section, ...] = (
                 "",
                 ("episodata_gym:schema_from_gym_spaces", "episodata_gym:record_episodes"),
             ),
-            Group("PyTorch (`episodata[torch]`)", "", ("episodata_torch:batch_to_tensordict",)),
+            Group(
+                "PyTorch (`episodata[torch]`)",
+                "",
+                ("episodata_torch:batch_to_tensordict", "episodata_torch:tensordict_to_episodes"),
+            ),
         ),
     ),
     Section(
@@ -253,6 +257,21 @@ SECTIONS: tuple[Section, ...] = (
                 ),
             ),
             Group(
+                "Helpers for plugin authors",
+                "The modules a plugin may import are `episodata_core.authoring.PLUGIN_SURFACE`; "
+                "the helpers they share live in `episodata_core.authoring`.",
+                tuple(
+                    f"episodata_core.authoring:{name}"
+                    for name in ("coerce_options", "Growable", "check_rows", "check_fields")
+                ),
+            ),
+            Group(
+                "Helpers for command authors",
+                "A verb of the `episodata` command, named by an `episodata.commands` entry "
+                "point, in `episodata_core.commands`.",
+                tuple(f"episodata_core.commands:{name}" for name in ("Command", "Arg", "arg")),
+            ),
+            Group(
                 "Registry",
                 "Entry-point discovery and lookup, in `episodata_core.registry`. Nothing is "
                 "read at import; the first lookup reads the entry points once.",
@@ -263,12 +282,14 @@ SECTIONS: tuple[Section, ...] = (
                         "get_sampler",
                         "get_importer",
                         "get_exporter",
+                        "get_command",
                         "list_plugins",
                         "PluginInfo",
                         "register_backend",
                         "register_sampler",
                         "register_importer",
                         "register_exporter",
+                        "register_command",
                         "unregister",
                         "prefer_plugin",
                         "refresh_plugins",
@@ -376,9 +397,31 @@ SECTIONS: tuple[Section, ...] = (
                         "BackendTests",
                         "PersistentBackendTests",
                         "SamplerTests",
+                        "CommandTests",
                         "example_schema",
                         "example_rows",
                     )
+                ),
+            ),
+            Group(
+                "Packaging checks",
+                "The checks every kit class runs, in `episodata_core.testing.packaging`.",
+                tuple(
+                    f"episodata_core.testing.packaging:{name}"
+                    for name in (
+                        "PackagingTests",
+                        "check_entry_point_discoverable",
+                        "check_entry_point_is_light",
+                    )
+                ),
+            ),
+            Group(
+                "Hypothesis strategies",
+                "Schemas and episodes for property tests, in "
+                "`episodata_core.testing.strategies` (needs Hypothesis).",
+                tuple(
+                    f"episodata_core.testing.strategies:{name}"
+                    for name in ("schemas", "episodes", "field_values")
                 ),
             ),
             Group(
@@ -951,9 +994,21 @@ def _cli(page: Page) -> None:
         "The `episodata` command (`python -m episodata_core.cli` works too). Exit codes: 0 "
         "on success, 1 for an episodata error (one line on stderr, no traceback), 2 for a "
         "usage error. `episodata --version` prints the versions of episodata-core and "
-        "episodata.",
+        "episodata. `report` and `quickstart` come from the episodata-report and "
+        "episodata-gym plugins (`episodata.commands` entry points); `episodata --help` "
+        "lists the verbs of every installed plugin.",
     )
+    # the core's verbs and those of the distributions in plugins/; a contrib or third-party
+    # verb (episodata.commands) is documented by its own distribution
+    workspace = {folder.name for folder in (ROOT / "plugins").iterdir()}
+    documented = {
+        verb.name
+        for verb in cli._verbs()
+        if verb.origin is None or verb.origin.split()[0] in workspace
+    }
     for name, sub in subparsers.choices.items():
+        if name not in documented:
+            continue
         sub.formatter_class = formatter
         page.add("", f"### `episodata {name}`", "")
         if sub.description:

@@ -341,9 +341,11 @@ def test_a_complete_manifest_is_the_format_older_readers_know(tmp_path: Path) ->
     Dataset.from_episodes([episode(0)], SCHEMA, str(path)).close()
     document = json.loads((path / "manifest.json").read_text())
     assert document["format_version"] == 1
+    # format_generation names the layout (issue 15); 'incomplete' is gone once complete
     assert sorted(document) == [
         "backend",
         "backend_options",
+        "format_generation",
         "format_version",
         "metadata",
         "provenance",

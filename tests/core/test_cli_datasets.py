@@ -83,7 +83,9 @@ def test_info_describes_schema_counts_and_provenance(stored, capsys):
     assert main(["info", str(stored)]) == 0
     out = capsys.readouterr().out
     assert f"backend: {BACKEND} (episodata-npz==" in out
-    assert "episodes: 3 (3 finalized: 2 terminated, 1 truncated; 0 ongoing)" in out
+    assert (
+        "episodes: 3 (3 finalized: 2 terminated, 1 truncated, 0 both, 0 neither; 0 ongoing)" in out
+    )
     assert "steps: 21 transitions (episode length min 4, mean 7.0, max 10)" in out
     assert re.search(r"on disk: [\d.]+ KiB in \d+ files", out)
     assert re.search(r"observation\s+observation\s+float32\s+\[3\]", out)

@@ -14,6 +14,7 @@ import pytest
 
 from episodata_core.dataset import Dataset
 from episodata_core.testing import example_schema
+from episodata_core.testing._crash_checks import Reported, check_dataset
 from episodata_core.testing._crash_writer import (
     LENGTHS,
     bulk_episode,
@@ -22,7 +23,7 @@ from episodata_core.testing._crash_writer import (
     start_episode,
     write_steps,
 )
-from episodata_core.testing.crash import KillChainFigures, _check, _Reported
+from episodata_core.testing.crash import KillChainFigures
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -110,9 +111,9 @@ def _dataset_of(episodes: list[int], *, ongoing: dict[int, int] | None = None) -
     return dataset
 
 
-def _problems(dataset: Dataset, reported: _Reported, *, all_or_none: bool = False) -> list[str]:
+def _problems(dataset: Dataset, reported: Reported, *, all_or_none: bool = False) -> list[str]:
     figures = KillChainFigures(backend="memory", seed=0)
-    problems = _check(dataset, example_schema(), reported, figures, all_or_none=all_or_none)
+    problems = check_dataset(dataset, example_schema(), reported, figures, all_or_none=all_or_none)
     assert figures.episodes_checked == dataset.num_episodes
     return problems
 
@@ -125,15 +126,15 @@ def _mid_length_episode() -> int:
 def test_an_intact_dataset_passes() -> None:
     ongoing = _mid_length_episode()
     dataset = _dataset_of(list(range(ongoing)), ongoing={ongoing: 4})
-    reported = _Reported(final=set(range(ongoing)), flushed={ongoing: 3})
+    reported = Reported(final=set(range(ongoing)), flushed={ongoing: 3})
     assert _problems(dataset, reported) == []
 
 
 def test_a_reported_episode_that_is_gone_is_lost() -> None:
     dataset = _dataset_of([0, 1, 2])
     figures = KillChainFigures(backend="memory", seed=0)
-    reported = _Reported(final={0, 1, 2, 3})
-    problems = _check(dataset, example_schema(), reported, figures, all_or_none=False)
+    reported = Reported(final={0, 1, 2, 3})
+    problems = check_dataset(dataset, example_schema(), reported, figures, all_or_none=False)
     assert problems == ["episode 3 (reported finalized) is gone: 3 episodes"]
     assert figures.lost == 1
 
@@ -141,7 +142,7 @@ def test_a_reported_episode_that_is_gone_is_lost() -> None:
 def test_changed_rows_are_found() -> None:
     # episode 1 holds episode 2's content: same schema, other rows (and maybe length)
     dataset = _dataset_of([0, 2])
-    problems = _problems(dataset, _Reported(final={0, 1}))
+    problems = _problems(dataset, Reported(final={0, 1}))
     assert len(problems) == 1
     assert problems[0].startswith("episode 1: ")
 
@@ -149,14 +150,14 @@ def test_changed_rows_are_found() -> None:
 def test_an_ongoing_episode_short_of_its_flush_is_lost() -> None:
     ongoing = _mid_length_episode()
     dataset = _dataset_of(list(range(ongoing)), ongoing={ongoing: 3})
-    problems = _problems(dataset, _Reported(final=set(range(ongoing)), flushed={ongoing: 5}))
+    problems = _problems(dataset, Reported(final=set(range(ongoing)), flushed={ongoing: 5}))
     assert problems == [f"episode {ongoing}: holds 3 rows, but 5 were reported flushed"]
 
 
 def test_a_whole_write_seen_ongoing_is_half_visible() -> None:
     ongoing = _mid_length_episode()
     dataset = _dataset_of(list(range(ongoing)), ongoing={ongoing: 3})
-    reported = _Reported(final=set(range(ongoing)), whole={ongoing})
+    reported = Reported(final=set(range(ongoing)), whole={ongoing})
     assert _problems(dataset, reported) == [
         f"episode {ongoing}: written whole, but it is ongoing (half-visible)"
     ]
@@ -164,7 +165,7 @@ def test_a_whole_write_seen_ongoing_is_half_visible() -> None:
 
 def test_part_of_an_all_or_none_batch_is_found() -> None:
     dataset = _dataset_of([0, 1, 2])
-    reported = _Reported(final={0}, whole={1, 2, 3}, batches=[(1, 3)])
+    reported = Reported(final={0}, whole={1, 2, 3}, batches=[(1, 3)])
     assert _problems(dataset, reported) == []  # the npz kind: a prefix may survive
     assert _problems(dataset, reported, all_or_none=True) == [
         "2 of the 3 episodes of the add_episodes call from episode 1 survived; expected all or none"
@@ -175,7 +176,7 @@ def test_report_lines_are_read_once_and_whole(tmp_path: Path) -> None:
     log = tmp_path / "log"
     lines = b"open 0\nadd 0 0\nfinal 0\nstart 1 0\nflush\nflushed 1:3\nbatch 2 3 0\nadd 5 0\nfin"
     log.write_bytes(lines)
-    reported = _Reported()
+    reported = Reported()
     reported.read(log)
     assert reported.final == {0}
     assert reported.flushed == {1: 3}

@@ -186,7 +186,14 @@ def test_failing_step_is_named_and_error_hook_fires(plugins, source_file, tmp_pa
             ("offset = 1", 'offset = "many"'),
             r"exports\[0\]\.options\.offset: Input should be a valid integer",
         ),
-        (("offset = 1", "offset = 1, bogus = 2"), r"exports\[0\]\.options\.bogus: Extra inputs"),
+        (
+            ("offset = 1", "offset = 1, bogus = 2"),
+            r"exports\[0\]\.options\.bogus: unknown option 'bogus' \(valid options: fail, offset\)",
+        ),
+        (
+            ("offset = 1", "ofset = 1"),
+            r"unknown option 'ofset'; did you mean 'offset'\? \(valid options: fail, offset\)",
+        ),
         (
             ('exporter = "test-count"', 'exporter = "nope"'),
             r"exports\[0\]\.exporter: no exporter named 'nope' \(installed: .*'test-count'",
@@ -211,6 +218,7 @@ def test_failing_step_is_named_and_error_hook_fires(plugins, source_file, tmp_pa
     ids=[
         "option-type",
         "unknown-option",
+        "misspelled-option",
         "unknown-exporter",
         "unknown-importer",
         "import-path",
@@ -269,7 +277,9 @@ def test_bad_backend_option_is_a_located_schema_error(tmp_path):
     from episodata import DatasetSchema, FieldSpec
 
     schema = DatasetSchema([FieldSpec("x", shape=(), dtype="float32")])
-    with pytest.raises(SchemaError, match=r"backend 'npz_directory' option\.bogus: Extra inputs"):
+    with pytest.raises(
+        SchemaError, match=r"backend 'npz_directory' option\.bogus: unknown option 'bogus' \(valid"
+    ):
         Dataset.create(schema, tmp_path / "d", backend="npz_directory", bogus=1)
     assert not (tmp_path / "d").exists()
 
@@ -384,3 +394,101 @@ def test_import_path_api_argument(plugins, source_file, tmp_path, marker_module)
     result = pipeline.run(progress=False)
     assert result.export_reports == [{"stored": 3}]
     result.dataset.close()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_validate_refuses_a_missing_source_file(plugins, tmp_path, capsys):
+    path = _write(tmp_path, PIPELINE.format(offset=1))  # source.npz was never written
+    with pytest.raises(SchemaError, match=r"source\.path: no such file or folder .*source\.npz"):
+        Pipeline.from_toml(path).validate()
+    assert main(["pipeline", "validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "source.path" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.toml"]
+
+
+def test_validate_and_run_refuse_a_store_that_holds_a_dataset(plugins, source_file, tmp_path):
+    path = _write(tmp_path, PIPELINE.format(offset=1))
+    Pipeline.from_toml(path).run(progress=False).dataset.close()
+    before = _snapshot(tmp_path / "stored")
+    (tmp_path / "counts").rename(tmp_path / "counts-first")  # only the store is in the way
+    with pytest.raises(SchemaError, match=r"store\.path: .*stored' already holds a dataset"):
+        Pipeline.from_toml(path).validate()
+    with pytest.raises(SchemaError, match=r"store\.path"):
+        Pipeline.from_toml(path).run(progress=False)
+    assert _snapshot(tmp_path / "stored") == before
+    assert not (tmp_path / "counts").exists()  # the run stopped before any step
+
+
+def test_validate_refuses_an_existing_export_folder(plugins, source_file, tmp_path):
+    path = _write(tmp_path, PIPELINE.format(offset=1))
+    (tmp_path / "counts").mkdir()
+    with pytest.raises(SchemaError, match=r"exports\[0\]\.path: .*counts' already exists"):
+        Pipeline.from_toml(path).validate()
+
+
+def test_a_store_left_incomplete_may_be_replaced(plugins, source_file, tmp_path):
+    path = _write(tmp_path, PIPELINE.format(offset=1))
+    (tmp_path / "stored").mkdir()
+    (tmp_path / "stored" / "manifest.json").write_text(json.dumps({"incomplete": {"by": "x"}}))
+    assert len(Pipeline.from_toml(path).validate()) == 3
+
+
+def test_workdir_resolves_relative_paths_there(plugins, tmp_path, capsys):
+    files = tmp_path / "pipelines"
+    files.mkdir()
+    path = _write(files, PIPELINE.format(offset=1))
+    work = tmp_path / "work"
+    work.mkdir()
+    np.savez(work / "source.npz", obs=np.arange(60, dtype=np.float32).reshape(30, 2))
+    with pytest.raises(SchemaError, match=r"source\.path"):
+        Pipeline.from_toml(path).validate()  # relative to the file: no source there
+    assert main(["pipeline", "run", str(path), "--quiet", "--workdir", str(work)]) == 0
+    # nothing is written beside the file
+    assert sorted(p.name for p in files.iterdir()) == ["pipeline.toml"]
+    assert json.loads((work / "counts" / "counts.json").read_text()) == {"stored": 3}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ('importer = "test-npz"', 'importr = "test-npz"'),
+            (
+                r"^pipeline\.source: unknown key 'importr'; did you mean 'importer'\? \(valid keys: "
+                r"dataset, importer, options, path\); a source is importer = NAME with path = FILE, "
+                r"or dataset = PATH$"
+            ),
+        ),
+        (
+            ("[store]", "[stor]"),
+            (
+                r"^pipeline: unknown table 'stor'; did you mean 'store'\? \(valid tables: executor, "
+                r"exports, source, store\)$"
+            ),
+        ),
+        (
+            ('path = "stored"', 'paht = "stored"'),
+            (
+                r"^pipeline\.store: unknown key 'paht'; did you mean 'path'\? \(valid keys: backend, "
+                r"options, path\)$"
+            ),
+        ),
+        (
+            ('exporter = "test-count"', 'exportr = "test-count"'),
+            r"^pipeline\.exports\[0\]: unknown key 'exportr'; did you mean 'exporter'\?",
+        ),
+    ],
+)
+def test_a_typo_names_the_key_the_valid_ones_and_the_closest(tmp_path, edit, message):
+    path = _write(tmp_path, PIPELINE.format(offset=1).replace(*edit))
+    with pytest.raises(SchemaError, match=message) as caught:
+        Pipeline.from_toml(path)
+    text = str(caught.value)
+    assert "ImportSource" not in text  # no internal class names
+    assert "DatasetSource" not in text
+    assert "Extra inputs" not in text

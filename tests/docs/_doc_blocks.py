@@ -90,15 +90,22 @@ def parse(path: Path) -> list[Block]:
 def shell_environment(shim_dir: Path) -> dict[str, str]:
     """The environment of bash blocks: the venv's bin, then a ``uv`` shim, first on PATH.
 
-    The shim runs ``uv run CMD ...`` as ``CMD ...`` from the venv, so README commands
-    such as ``uv run episodata quickstart`` run in the temporary folder without
-    touching the project; any other ``uv`` use fails loudly.
+    The shim runs ``uv run [OPTIONS] CMD ...`` as ``CMD ...`` from the venv, so README
+    commands such as ``uv run --no-dev --extra gym episodata quickstart`` run in the
+    temporary folder without touching the project (the options choose what uv installs,
+    and the test venv has everything); any other ``uv`` use fails loudly.
     """
     shim_dir.mkdir(parents=True, exist_ok=True)
     shim = shim_dir / "uv"
     shim.write_text(
         "#!/usr/bin/env bash\n"
-        'if [ "$1" = run ]; then shift; exec "$@"; fi\n'
+        'if [ "$1" = run ]; then\n'
+        "  shift\n"
+        '  while [ "${1:-}" != "${1#-}" ]; do\n'
+        '    case "$1" in --extra|--group|--with|--package) shift 2 ;; *) shift ;; esac\n'
+        "  done\n"
+        '  exec "$@"\n'
+        "fi\n"
         "echo \"docs tests: only 'uv run CMD' is available here, got: uv $*\" >&2\n"
         "exit 97\n"
     )

@@ -76,3 +76,11 @@ def test_every_public_name_is_documented() -> None:
 def test_generation_is_deterministic() -> None:
     generator = _generator()
     assert generator.render()[0] == generator.render()[0]
+
+
+def test_no_object_repr_leaks_into_the_reference() -> None:
+    # a slot or descriptor documented by its repr ("<member 'index' of 'Episode' objects>")
+    # tells the reader nothing: give it a property with a docstring instead
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    leaks = [line for line in text.splitlines() if "<member '" in line or " object at 0x" in line]
+    assert not leaks, leaks

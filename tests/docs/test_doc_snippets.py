@@ -2,7 +2,8 @@
 
 One test per document: its python blocks share one namespace and run in order, in a
 fresh temporary folder; its bash blocks run there too, with the venv's bin first on
-PATH. See ``_doc_blocks`` for which blocks run and the ``<!-- no-run -->`` marker.
+PATH and the repository's ``contrib/`` linked in (its example pipelines run with
+``--workdir``, so nothing is written into the repository). See ``_doc_blocks`` for which blocks run and the ``<!-- no-run -->`` marker.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def test_document_runs(
     isolated_registry: None,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "contrib").symlink_to(ROOT / "contrib")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     env = shell_environment(tmp_path / ".docs-bin")
     namespace: dict[str, object] = {"__name__": "__main__"}

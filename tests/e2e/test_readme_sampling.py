@@ -207,8 +207,11 @@ def test_tensordict_interop(dataset: Dataset) -> None:
     td = batch_to_tensordict(batch, device=DEVICE)  # README: device="cuda"
 
     assert td.batch_size == torch.Size([64, 32])
-    assert td["obs"].shape == (64, 32, 4)
-    assert td["obs"].device.type == DEVICE
+    assert td["observation"].shape == (64, 32, 4)
+    assert td["observation"].device.type == DEVICE
     # "Passing the device to batch_to_tensordict preserves the shared observation storage"
-    assert td["obs"].untyped_storage().data_ptr() == td["next_obs"].untyped_storage().data_ptr()
-    np.testing.assert_array_equal(td["next_obs"].cpu().numpy(), batch.next_obs)
+    assert (
+        td["observation"].untyped_storage().data_ptr()
+        == td["next_observation"].untyped_storage().data_ptr()
+    )
+    np.testing.assert_array_equal(td["next_observation"].cpu().numpy(), batch.next_obs)

@@ -11,13 +11,19 @@ from typing import Any
 
 from episodata_core.errors import MissingDependencyError
 
-__all__ = ["batch_to_tensordict", "record_episodes", "schema_from_gym_spaces"]  # noqa: F822 (resolved lazily)
+__all__ = [  # noqa: F822 (resolved lazily)
+    "batch_to_tensordict",
+    "record_episodes",
+    "schema_from_gym_spaces",
+    "tensordict_to_episodes",
+]
 
 # name -> (module, distribution, extra); the module is imported on first access
 _LAZY: dict[str, tuple[str, str, str]] = {
     "schema_from_gym_spaces": ("episodata_gym", "episodata-gym", "gym"),
     "record_episodes": ("episodata_gym", "episodata-gym", "gym"),
     "batch_to_tensordict": ("episodata_torch", "episodata-torch", "torch"),
+    "tensordict_to_episodes": ("episodata_torch", "episodata-torch", "torch"),
 }
 
 

@@ -22,7 +22,7 @@ from episodata_core.errors import (
     PluginNotFoundError,
 )
 
-PluginKind = Literal["backend", "sampler", "importer", "exporter", "executor", "hook"]
+PluginKind = Literal["backend", "sampler", "importer", "exporter", "command", "executor", "hook"]
 
 KINDS: tuple[PluginKind, ...] = get_args(PluginKind)
 GROUPS: dict[PluginKind, str] = {
@@ -30,6 +30,7 @@ GROUPS: dict[PluginKind, str] = {
     "sampler": "episodata.samplers",
     "importer": "episodata.importers",
     "exporter": "episodata.exporters",
+    "command": "episodata.commands",
     "executor": "episodata.executors",
     "hook": "episodata.hooks",
 }
@@ -54,9 +55,13 @@ WELL_KNOWN: dict[tuple[PluginKind, str], tuple[str, str]] = {
     ("sampler", "uniform"): ("episodata-core", _INSTALL_DEFAULT),
     ("sampler", "episode-uniform"): ("episodata-core", _INSTALL_DEFAULT),
     ("sampler", "without-replacement"): ("episodata-core", _INSTALL_DEFAULT),
+    ("command", "report"): ("episodata-report", 'pip install "episodata[report]"'),
+    ("command", "quickstart"): ("episodata-gym", 'pip install "episodata[gym]"'),
 }
-# every component class declares these besides the members of its Protocol
+# every component class declares these besides the members of its Protocol; a command
+# has no options section (its arguments are its configuration)
 _DECLARED = ("name", "description", "Options")
+_DECLARED_BY_COMMANDS = ("name", "description")
 
 
 @dataclass(frozen=True)
@@ -211,7 +216,8 @@ def not_found_message(kind: PluginKind, name: str) -> str:
 
 def required_members(kind: PluginKind) -> tuple[str, ...]:
     """List the members a ``kind`` plugin class must have: its Protocol's and ``name`` etc."""
-    from episodata_core import protocols  # kept out of `import episodata_core.registry`
+    # kept out of `import episodata_core.registry`
+    from episodata_core import commands, protocols
     from episodata_core.pipeline.runner import Executor
 
     protocol: type = {
@@ -219,10 +225,12 @@ def required_members(kind: PluginKind) -> tuple[str, ...]:
         "sampler": protocols.Sampler,
         "importer": protocols.Importer,
         "exporter": protocols.Exporter,
+        "command": commands.Command,
         "executor": Executor,
     }[kind]
     members = {m for m in (*vars(protocol), *protocol.__annotations__) if not m.startswith("_")}
-    return tuple(sorted(members | set(_DECLARED)))
+    declared = _DECLARED_BY_COMMANDS if kind == "command" else _DECLARED
+    return tuple(sorted(members | set(declared)))
 
 
 def has_member(cls: type, member: str) -> bool:

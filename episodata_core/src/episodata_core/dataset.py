@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 
-from episodata_core import _bulk, _shared_writer, hooks, location, registry
+from episodata_core import _bulk, _shared_writer, generations, hooks, location, registry
 from episodata_core._batching import BATCH_BYTES, add_rows
 from episodata_core._options import validate_options
 from episodata_core._step_plan import WriterPlans
@@ -200,6 +200,10 @@ class Dataset:
         what is there.
         """
         folder = location.normalize(path)
+        # a dataset of an older format generation (episodata 0.2) opens read-only
+        older = generations.open_older(folder)
+        if older is not None:
+            return cls(older.backend, older.manifest, read_only=True)
         manifest = read_manifest(folder)
         backend_cls = registry.get_backend(manifest.backend)
         if not supports_persistence(backend_cls):
@@ -620,8 +624,11 @@ class Dataset:
         (which recovers from a crashed writer); later handles share both.
         """
         if self._read_only:
+            # a backend that can never write (an older format generation) says why
+            reason = getattr(self._backend, "read_only_reason", None)
             raise DatasetStateError(
-                f"{self.location!r} was opened with read_only=True; open it again without "
+                reason
+                or f"{self.location!r} was opened with read_only=True; open it again without "
                 "it to write"
             )
         if self._lease is not None:

@@ -19,11 +19,16 @@ __all__ = ["Episode"]
 class Episode:
     """One episode of a dataset: its flags, length and transition reads."""
 
-    __slots__ = ("_dataset", "index")
+    __slots__ = ("_dataset", "_index")
 
     def __init__(self, dataset: Dataset, index: int) -> None:
         self._dataset = dataset
-        self.index = index
+        self._index = index
+
+    @property
+    def index(self) -> int:
+        """The episode's position in the dataset (its id): ``dataset.episode(index)``."""
+        return self._index
 
     def _status(self) -> tuple[int, bool, bool, bool]:
         table = self._dataset.backend.episode_table()

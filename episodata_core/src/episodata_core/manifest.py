@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from episodata_core import location
 from episodata_core._version import __version__
 from episodata_core.errors import DatasetStateError, SchemaError
+from episodata_core.generations import FORMAT_GENERATION, check_generation
 from episodata_core.schema import DatasetSchema
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "PluginVersion",
     "Provenance",
     "read_manifest",
+    "read_manifest_document",
 ]
 
 FORMAT_VERSION = 1
@@ -99,6 +101,11 @@ class Manifest(BaseModel):
     format_version: int = Field(
         default=FORMAT_VERSION, description="Version of this document's layout."
     )
+    format_generation: str = Field(
+        default=FORMAT_GENERATION,
+        description="Generation of the whole on-disk layout ('0.3'; '0.2' for datasets "
+        "written by episodata 0.2.0, which are read through their backend plugin).",
+    )
     backend: str = Field(description="Registered name of the backend that stores the data.")
     backend_options: dict[str, Any] = Field(
         default_factory=dict, description="The backend's options at creation (its Options)."
@@ -133,7 +140,25 @@ class Manifest(BaseModel):
 def read_manifest(folder: str) -> Manifest:
     """Read and validate ``manifest.json`` of a dataset folder, with errors that say why.
 
-    An incomplete manifest is returned as it is; :meth:`Dataset.open` decides.
+    An incomplete manifest is returned as it is; :meth:`Dataset.open` decides. A manifest
+    of a newer format generation is refused with a message that says to upgrade.
+    """
+    path = Path(folder) / location.MANIFEST_NAME
+    document = read_manifest_document(folder)
+    check_generation(document, repr(str(path)))
+    try:
+        return Manifest.model_validate(document)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
+        )
+        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
+
+
+def read_manifest_document(folder: str) -> dict[str, Any]:
+    """``manifest.json`` of a dataset folder as parsed JSON, not yet validated.
+
+    Missing or damaged files and a ``format_version`` newer than this code's raise.
     """
     path = Path(folder) / location.MANIFEST_NAME
     if not path.is_file():
@@ -163,10 +188,9 @@ def read_manifest(folder: str) -> Manifest:
             f"{str(path)!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
             f"episodata ({__version__}) reads; upgrade episodata"
         )
-    try:
-        return Manifest.model_validate(document)
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
+    if not isinstance(document, dict):
+        raise SchemaError(
+            f"{str(path)!r} is not a valid manifest: expected a JSON object, got "
+            f"{type(document).__name__}; the file is damaged"
         )
-        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
+    return document

@@ -406,9 +406,8 @@ def _check_against_schema(split: SplitEpisode, schema: DatasetSchema, where: str
                 )
         for key, spec in declared.items():
             if key not in fields and not spec.optional:
-                raise SchemaError(
-                    f"{where}: required {role} field {key!r} is missing (given: {sorted(fields)})"
-                )
+                given = f"given: {sorted(fields)}" if fields else f"no {role} field was given"
+                raise SchemaError(f"{where}: required {role} field {key!r} is missing ({given})")
 
 
 def to_rows(split: SplitEpisode, schema: DatasetSchema, *, where: str = "episode") -> Rows:

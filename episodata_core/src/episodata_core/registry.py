@@ -2,7 +2,8 @@
 
 Plugins are found through the entry-point groups ``episodata.backends``,
 ``episodata.samplers``, ``episodata.importers``, ``episodata.exporters``,
-``episodata.executors`` and ``episodata.hooks``. Nothing is read at import: the first lookup reads the entry points
+``episodata.commands`` (verbs of the ``episodata`` command), ``episodata.executors``
+(pipeline executors) and ``episodata.hooks``. Nothing is read at import: the first lookup reads the entry points
 once (metadata only) and caches them; a plugin's code is imported the first time it is
 selected by name, and the loaded class is cached. :func:`refresh_plugins` clears the
 caches. Runtime registrations (:func:`register_backend` and friends) are for notebooks
@@ -37,6 +38,7 @@ from episodata_core.errors import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from episodata_core.commands import Command
     from episodata_core.pipeline.runner import Executor
     from episodata_core.protocols import Exporter, Importer, Sampler, StorageBackend
 
@@ -45,6 +47,7 @@ __all__ = [
     "PluginKind",
     "PluginStatus",
     "get_backend",
+    "get_command",
     "get_executor",
     "get_exporter",
     "get_importer",
@@ -54,6 +57,7 @@ __all__ = [
     "prefer_plugin",
     "refresh_plugins",
     "register_backend",
+    "register_command",
     "register_executor",
     "register_exporter",
     "register_importer",
@@ -130,6 +134,11 @@ def get_importer(name: str) -> type[Importer]:
 def get_exporter(name: str) -> type[Exporter]:
     """Return the exporter class registered as ``name``; raises like :func:`get_backend`."""
     return cast("type[Exporter]", _get("exporter", name))
+
+
+def get_command(name: str) -> type[Command]:
+    """Return the ``episodata`` verb class registered as ``name``; raises like :func:`get_backend`."""
+    return cast("type[Command]", _get("command", name))
 
 
 def get_executor(name: str) -> type[Executor]:
@@ -307,6 +316,19 @@ def register_exporter(
 
 
 @overload
+def register_command(cls: _C, *, name: str | None = None, replace: bool = False) -> _C: ...
+@overload
+def register_command(
+    cls: None = None, *, name: str | None = None, replace: bool = False
+) -> Callable[[_C], _C]: ...
+def register_command(
+    cls: _C | None = None, *, name: str | None = None, replace: bool = False
+) -> _C | Callable[[_C], _C]:
+    """Register an ``episodata`` verb class at runtime; see :func:`register_backend`."""
+    return _registrar("command", cls, name, replace)
+
+
+@overload
 def register_executor(cls: _C, *, name: str | None = None, replace: bool = False) -> _C: ...
 @overload
 def register_executor(
@@ -315,7 +337,7 @@ def register_executor(
 def register_executor(
     cls: _C | None = None, *, name: str | None = None, replace: bool = False
 ) -> _C | Callable[[_C], _C]:
-    """Register a pipeline executor class at runtime; also usable as a decorator."""
+    """Register a pipeline executor class at runtime; see :func:`register_backend`."""
     return _registrar("executor", cls, name, replace)
 
 

@@ -28,13 +28,19 @@ ROLES: tuple[Role, ...] = get_args(Role)
 _IMAGE_CHANNELS = (1, 3, 4)
 
 
-def _declaration_error(what: str, err: ValidationError) -> SchemaError:
+def _declaration_error(
+    what: str, err: ValidationError, model: type[BaseModel] | None = None
+) -> SchemaError:
     # users call FieldSpec(...) and DatasetSchema(...) directly: raise the library's own
     # SchemaError (still a ValueError) with one line per problem instead of pydantic's report
+    from episodata_core._options import unknown_key
+
     problems = []
     for error in err.errors():
         message = error["msg"].removeprefix("Value error, ")
-        if error["type"] != "value_error" and error["loc"]:
+        if error["type"] == "extra_forbidden" and model is not None and len(error["loc"]) == 1:
+            message = unknown_key(str(error["loc"][0]), model.model_fields, "argument")
+        elif error["type"] != "value_error" and error["loc"]:
             message += f" (got {error['input']!r})"
         where = ".".join(str(part) for part in error["loc"])
         problems.append(f"{where}: {message}" if where else message)
@@ -92,7 +98,7 @@ class FieldSpec(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as err:
-            raise _declaration_error(f"FieldSpec {data.get('key')!r}", err) from err
+            raise _declaration_error(f"FieldSpec {data.get('key')!r}", err, FieldSpec) from err
 
     @field_validator("key")
     @classmethod
@@ -168,7 +174,7 @@ class DatasetSchema(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as err:
-            raise _declaration_error("DatasetSchema", err) from err
+            raise _declaration_error("DatasetSchema", err, DatasetSchema) from err
 
     @model_validator(mode="after")
     def _check_unique(self) -> Self:

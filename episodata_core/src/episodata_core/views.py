@@ -23,6 +23,7 @@ A writable buffer never shares memory with the dataset.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -336,8 +337,36 @@ class TransitionView:
         return {k: v for k, v in self.__dict__.items() if k not in _CACHED_VIEWS}
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}: {_describe(v)}" for k, v in self._buffers.items())
-        return f"{type(self).__name__}({inner})"
+        # shapes as the accessors give them (transitions, not buffer rows): the L + 1 rows
+        # of an observation or info buffer are obs and next_obs, shown as "+1 row"
+        parts = [self._count()]
+        for key, buffer in self._buffers.items():
+            shape = getattr(buffer, "shape", None)
+            if shape is None:
+                parts.append(f"{key}: {type(buffer).__name__}")
+                continue
+            shape = list(shape)
+            if self.squeezed:
+                del shape[self.time_axis]
+                more = ""
+            else:
+                shape[self.time_axis] -= 1
+                more = " +1 row" if self._schema[key].role in ("observation", "info") else ""
+            parts.append(f"{key}: {getattr(buffer, 'dtype', '')}{shape}{more}")
+        with contextlib.suppress(TypeError, ValueError, AttributeError):
+            padded = int((~self._flags.mask).sum())
+            if padded:
+                parts.append(f"padded: {padded}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def _count(self) -> str:
+        """How many transitions, in the shape of the flags: ``5``, ``4 x 8``."""
+        dims = [int(n) for n in getattr(self._flags.mask, "shape", ())]
+        total = 1
+        for n in dims:
+            total *= n
+        layout = " x ".join(str(n) for n in dims) if len(dims) > 1 else str(total)
+        return f"{layout} transition{'' if total == 1 and len(dims) < 2 else 's'}"
 
 
 _CACHED_VIEWS = frozenset(

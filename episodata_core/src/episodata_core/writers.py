@@ -87,9 +87,10 @@ class _RowBuilder:
         for spec, qualified_key in held:
             if qualified_key not in rows:
                 kind = "optional" if spec.optional else "required"
+                listed = f"given: {sorted(given)}" if given else f"no {role} field was given"
                 raise SchemaError(
-                    f"{where}: {kind} {role} field {spec.key!r} is missing (given: "
-                    f"{sorted(given)}); every step must give the fields the episode holds"
+                    f"{where}: {kind} {role} field {spec.key!r} is missing ({listed}); every "
+                    "step must give the fields the episode holds"
                 )
         return rows
 

@@ -1,4 +1,4 @@
-"""Minari fixtures (formats.md §5.4): hand-written dataset folders and their oracles.
+"""Minari fixtures (design notes §5.4): hand-written dataset folders and their oracles.
 
 Every builder writes a real ``data/main_data.hdf5`` with h5py in the layout minari's
 HDF5 storage writes (one ``episode_{id}`` group with attrs ``id``, ``seed`` and
@@ -262,7 +262,7 @@ def tuple_case(folder: Path) -> Path:
 
 
 def _leaves(value: Any, prefix: str, out: dict[str, np.ndarray]) -> None:
-    """``{field key: array}`` the way §4 names them: Dict keys, Tuple positions, '/'."""
+    """``{field key: array}`` the way docs/minari.md names them: Dict keys, Tuple positions, '/'."""
     if isinstance(value, dict):
         for key, item in value.items():
             _leaves(item, f"{prefix}{key}/", out)
@@ -438,7 +438,7 @@ def bad(folder: Path, case: str) -> Bad:
     from episodata_core.errors import FormatError
 
     root = folder / case
-    if case in ("jpeg_not_decoded", "corrupt_jpeg"):
+    if case in ("kept_jpeg_damaged", "corrupt_jpeg"):
         image_case(root, "vlen")
     else:
         tiny(root)
@@ -492,8 +492,11 @@ def bad(folder: Path, case: str) -> Bad:
         with h5py.File(data / "main_data.hdf5", "a") as handle:
             handle["episode_1/infos/y"] = np.zeros(5)
         fragment = "episode_1 adds ['infos/y']"
-    elif case == "jpeg_not_decoded":
-        fragment = "observations holds JPEG-encoded images (stored per step as vlen uint8 bytes"
+    elif case == "kept_jpeg_damaged":  # kept bytes are checked too, though not decoded
+        with h5py.File(data / "main_data.hdf5", "a") as handle:
+            handle["episode_1/observations"][2] = np.arange(50, dtype=np.uint8)
+        fragment = "episode_1/observations row 2 does not start like a JPEG image"
+        options = {"decode_images": False}
     elif case == "corrupt_jpeg":
         with h5py.File(data / "main_data.hdf5", "a") as handle:
             handle["episode_1/observations"][2] = np.arange(50, dtype=np.uint8)
@@ -520,6 +523,6 @@ BAD_CASES = (
     "not_hdf5",
     "space_mismatch",
     "leaves_differ",
-    "jpeg_not_decoded",
+    "kept_jpeg_damaged",
     "corrupt_jpeg",
 )

@@ -74,9 +74,16 @@ def test_missing_pillow_names_the_install_command(sources, tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "PIL", None)  # makes `import PIL` fail as if absent
     monkeypatch.setitem(sys.modules, "PIL.Image", None)
     destination = tmp_path / "out"
-    with pytest.raises(MissingDependencyError, match=r"decode_images=True .* pip install Pillow"):
-        episodata.import_dataset("minari", folder, destination, decode_images=True)
+    # images are decoded by default: the error names the extra that installs Pillow
+    pattern = r"decode_images=False to keep the bytes .* Pillow, which is not installed: pip "
+    with pytest.raises(
+        MissingDependencyError, match=pattern + re.escape('install "episodata[minari]"')
+    ):
+        episodata.import_dataset("minari", folder, destination)
     assert not destination.exists()
+    # keeping the bytes needs no Pillow
+    kept, _ = episodata.import_dataset("minari", folder, decode_images=False)
+    assert kept.schema["observation/observation"].dtype == "uint8"
     # without JPEG-encoded fields Pillow is not needed, even with decode_images=True
     dataset, _ = episodata.import_dataset("minari", tiny(sources / "no-pil-v0"), decode_images=True)
     assert dataset.num_episodes == 3

@@ -1,4 +1,4 @@
-"""Minari importer against the fixtures of formats.md §5.4 and their oracles."""
+"""Minari importer against hand-written fixtures (design notes §5.4) and their oracles."""
 
 from __future__ import annotations
 
@@ -187,6 +187,7 @@ def test_import_record(sources):
         "total_steps": 9,
         "jpeg_encoding": False,
         "decoded_images": [],
+        "jpeg_bytes_kept": [],
     }
     assert record["alignment"] == {"source_convention": "action-out", "converted_at_import": True}
     assert record["episodes"] == {"id": [0, 1, 2], "seed": [11, 12, None]}

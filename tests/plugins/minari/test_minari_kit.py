@@ -1,4 +1,4 @@
-"""The Minari importer under the conformance kit (formats.md §5.4 fixtures and oracles)."""
+"""The Minari importer under the conformance kit (hand-written fixtures and their oracles)."""
 
 from __future__ import annotations
 

@@ -201,7 +201,12 @@ def test_report_has_every_section_and_the_counts(dataset, tmp_path):
     assert "reward/reward" in page.section_text("returns")
 
 
-def test_embedded_images_are_pngs_also_written_beside_the_page(dataset, tmp_path):
+def _image(page: Page, alt: str) -> np.ndarray:
+    (image,) = [image for image in page.images if image["alt"] == alt]
+    return decode_png(png_bytes(image))
+
+
+def test_images_are_embedded_pngs_and_the_page_is_one_file(dataset, tmp_path):
     output = render_report(dataset, tmp_path / "report.html", episodes_for_frames=2)
     page = Page(output.read_text(encoding="utf-8"))
     by_section: dict[str, int] = {}
@@ -213,30 +218,29 @@ def test_embedded_images_are_pngs_also_written_beside_the_page(dataset, tmp_path
         assert pixels.shape[0] > 0
         assert pixels.shape[1] > 0
         assert image["alt"]
-        assert (tmp_path / image["data-file"]).read_bytes() == data
         by_section[image["section"]] = by_section.get(image["section"], 0) + 1
-    # two histograms, and two episodes of each of the two image fields
-    assert by_section == {"episode-lengths": 1, "returns": 1, "frames": 4}
-    assert sorted(p.name for p in (tmp_path / "report_files").iterdir()) == [
-        "episode-lengths.png",
-        "frames-observation-depth-episode0.png",
-        "frames-observation-depth-episode1.png",
-        "frames-observation-pixels-episode0.png",
-        "frames-observation-pixels-episode1.png",
-        "returns.png",
-    ]
+    # two histograms, one reward curve, one per-dimension plot per small numeric field
+    # (state, move, reward; the image fields have none), two episodes of two image fields
+    assert by_section == {
+        "episode-lengths": 1,
+        "returns": 1,
+        "rewards": 1,
+        "distributions": 3,
+        "frames": 4,
+    }
+    # nothing beside the page (the npz dataset itself lives in tmp_path/stored)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "stored") == ["report.html"]
 
 
 def test_frames_show_hwc_and_chw_fields_upright(tmp_path):
     dataset = build("memory", tmp_path)
-    render_report(dataset, tmp_path / "r.html", episodes_for_frames=1)
-    files = tmp_path / "r_files"
-    pixels = decode_png((files / "frames-observation-pixels-episode0.png").read_bytes())
+    page = Page(render_report(dataset, tmp_path / "r.html", episodes_for_frames=1).read_text())
+    pixels = _image(page, "frames of observation/pixels, episode 0")
     # 24x32 frames are enlarged twice; the first one is the reset observation
     first = np.round(pixels[:48:2, :64:2, :3] * 255).astype(np.uint8)
     np.testing.assert_array_equal(first, frame(0)[0])
     assert pixels.shape[1] == 8 * 64 + 7 * 4  # eight frames with gaps
-    depth = decode_png((files / "frames-observation-depth-episode0.png").read_bytes())
+    depth = _image(page, "frames of observation/depth, episode 0")
     grey = np.round(depth[:48:3, :48:3, 0] * 255)
     np.testing.assert_array_equal(grey, np.round(frame(0)[1][0] * 255))
 
@@ -373,7 +377,7 @@ def test_headless_chromium_renders_the_page(tmp_path):
     assert dom.returncode == 0, dom.stderr
     rendered = Page(dom.stdout)
     assert rendered.ids == SECTION_IDS
-    assert len(rendered.images) == 2 + 2 * 3
+    assert len(rendered.images) == 2 + 1 + 3 + 2 * 3
 
 
 # -- the command line -----------------------------------------------------------------------
@@ -395,20 +399,19 @@ def test_cli_report_writes_next_to_the_working_directory(stored, tmp_path, monke
     assert capsys.readouterr().out.strip() == "wrote stored-report.html"
     page = Page((work / "stored-report.html").read_text(encoding="utf-8"))
     assert page.ids == SECTION_IDS
-    assert (work / "stored-report_files" / "returns.png").is_file()
+    assert sorted(p.name for p in work.iterdir()) == ["stored-report.html"]  # one file
     assert not (stored / "report.html").exists()
     assert main(["report", str(stored), "-o", str(tmp_path / "elsewhere" / "r.html")]) == 0
     assert "elsewhere" in capsys.readouterr().out
     assert (tmp_path / "elsewhere" / "r.html").is_file()
 
 
-def test_cli_report_without_the_distribution_names_the_extra(stored, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "episodata_report", None)
-    assert main(["report", str(stored)]) == 1
-    err = capsys.readouterr().err
-    assert (
-        'episodata-report distribution, which is not installed: pip install "episodata[report]"'
-        in err
+def test_cli_report_without_the_distribution_names_the_extra(stored, hermetic_registry, capsys):
+    # discovery sees no distribution at all: `report` is no verb, and says where it lives
+    assert main(["report", str(stored)]) == 2
+    assert capsys.readouterr().err == (
+        "episodata: error: no command named 'report': it ships in episodata-report: "
+        'pip install "episodata[report]"\n'
     )
 
 

@@ -1,4 +1,4 @@
-"""``Batch.map`` and ``batch_to_tensordict``: one storage for obs and next_obs after conversion.
+"""``Batch.map`` and ``batch_to_tensordict``: one storage for the observations after conversion.
 
 ``obs`` and ``next_obs`` are two views of one ``[B, L + 1, ...]`` buffer. A conversion
 that goes through the views would copy each separately; the checks compare
@@ -101,16 +101,18 @@ def test_batch_to_tensordict_nested_roles(dataset: Dataset, device: str) -> None
     assert isinstance(td, tensordict.TensorDict)
     assert td.batch_size == torch.Size([6, 5])
     assert td.device.type == device
-    assert isinstance(td["obs"], tensordict.TensorDict)
+    assert isinstance(td["observation"], tensordict.TensorDict)
     assert isinstance(td["action"], tensordict.TensorDict)
     assert isinstance(td["action", "keyboard"], tensordict.TensorDict)
-    assert td["obs", "camera"].shape == (6, 5, 3, 4, 4)
-    assert td["obs", "camera"].dtype == torch.uint8
+    assert td["observation", "camera"].shape == (6, 5, 3, 4, 4)
+    assert td["observation", "camera"].dtype == torch.uint8
     assert td["reward"].shape == (6, 5)
     for key in ("camera", "state"):
-        assert storage(td["obs", key]) == storage(td["next_obs", key])
-        np.testing.assert_array_equal(td["obs", key].cpu().numpy(), batch.obs[key])
-        np.testing.assert_array_equal(td["next_obs", key].cpu().numpy(), batch.next_obs[key])
+        assert storage(td["observation", key]) == storage(td["next_observation", key])
+        np.testing.assert_array_equal(td["observation", key].cpu().numpy(), batch.obs[key])
+        np.testing.assert_array_equal(
+            td["next_observation", key].cpu().numpy(), batch.next_obs[key]
+        )
     np.testing.assert_array_equal(
         td["action", "keyboard", "jump"].cpu().numpy(), batch.action.keyboard.jump
     )
@@ -127,9 +129,11 @@ def test_batch_to_tensordict_of_transitions(dataset: Dataset) -> None:
     transitions = dataset.sample_transitions(batch_size=32, seed=2)
     td = batch_to_tensordict(transitions, device="cpu")
     assert td.batch_size == torch.Size([32])
-    assert td["obs", "state"].shape == (32, 5)
-    assert storage(td["obs", "state"]) == storage(td["next_obs", "state"])
-    np.testing.assert_array_equal(td["next_obs", "state"].numpy(), transitions.next_obs.state)
+    assert td["observation", "state"].shape == (32, 5)
+    assert storage(td["observation", "state"]) == storage(td["next_observation", "state"])
+    np.testing.assert_array_equal(
+        td["next_observation", "state"].numpy(), transitions.next_obs.state
+    )
     assert td["mask"].all()
 
 
@@ -231,12 +235,14 @@ def test_in_place_ops_on_a_tensordict_of_a_read_leave_the_dataset_alone(stored: 
         with pytest.raises(ValueError, match="read-only"):
             read.obs += 1
         td = batch_to_tensordict(read)
-        assert storage(td["obs"]) == storage(td["next_obs"])  # still one L + 1 buffer
-        for key in ("obs", "action", "reward"):
+        assert storage(td["observation"]) == storage(
+            td["next_observation"]
+        )  # still one L + 1 buffer
+        for key in ("observation", "action", "reward"):
             tensor = td.get(key, None)  # a read of some fields lacks the others
             if tensor is not None:
                 tensor.add_(1)
-        assert torch.equal(td["obs"][1:], td["next_obs"][:-1])
+        assert torch.equal(td["observation"][1:], td["next_observation"][:-1])
     assert_unchanged(dataset, episodes)
     dataset.close()
 
@@ -250,9 +256,9 @@ def test_tensordict_of_a_sampled_batch_wraps_its_arrays_without_a_copy(stored: A
     td = batch_to_tensordict(batch)
     # a gathered batch is a private copy already: its tensors are its own arrays
     assert batch.buffers["observation/observation"].flags.writeable
-    assert storage(td["obs"]) == batch.buffers["observation/observation"].ctypes.data
+    assert storage(td["observation"]) == batch.buffers["observation/observation"].ctypes.data
     assert storage(td["action"]) == batch.buffers["action/action"].ctypes.data
-    td["obs"].add_(1)
+    td["observation"].add_(1)
     assert_unchanged(dataset, episodes)
     dataset.close()
 

@@ -120,7 +120,7 @@ def test_dimension_names_and_attributes(tmp_path: Path) -> None:
     backend = make_backend(tmp_path / "ds")
     backend.close()
     camera = zarr.open_array(str(tmp_path / "ds" / "data" / "observation" / "camera"), mode="r")
-    assert camera.metadata.dimension_names == ("row", "C", "H", "W")
+    assert camera.metadata.dimension_names == ("time", "camera_C", "camera_H", "camera_W")
     assert camera.attrs["episodata"] == {"field": "observation/camera", "dtype": "|u1"}
 
 
@@ -140,7 +140,7 @@ def test_fixed_width_strings_are_raw_bytes(tmp_path: Path) -> None:
     raw = zarr.open_array(str(tmp_path / "ds" / "data" / "info" / "label"), mode="r")
     assert raw.dtype == np.uint8
     assert raw.shape == (3, 2, 20)
-    assert raw.metadata.dimension_names == ("row", None, "byte")
+    assert raw.metadata.dimension_names == ("time", "label_dim_0", "label_byte")
     np.testing.assert_array_equal(raw[:].view("<U5")[..., 0], labels)
 
 

@@ -18,6 +18,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.errors import MissingDependencyError, SchemaError
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,12 +73,6 @@ def _engine() -> ModuleType:
         ) from err
 
 
-def _options(options: BaseModel) -> HDF5Options:
-    if isinstance(options, HDF5Options):
-        return options
-    return HDF5Options.model_validate(options.model_dump())
-
-
 class HDF5Backend:
     """Episodes in one HDF5 file per dataset folder, readable while one process writes.
 
@@ -108,7 +103,9 @@ class HDF5Backend:
                 "the hdf5 backend stores a file and needs a folder: pass path=..., or use "
                 "backend='memory' for a dataset without one"
             )
-        store: Store = _engine().Store.create(Path(location), schema, _options(options))
+        store: Store = _engine().Store.create(
+            Path(location), schema, coerce_options(options, HDF5Options)
+        )
         return cls(store)
 
     @classmethod
@@ -119,7 +116,7 @@ class HDF5Backend:
 
         schema = read_manifest(location).schema
         store: Store = _engine().Store.open(
-            Path(location), schema, _options(options), writable=writable
+            Path(location), schema, coerce_options(options, HDF5Options), writable=writable
         )
         return cls(store)
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+from episodata_core.authoring import Growable, check_rows
 from episodata_core.errors import (
     DatasetStateError,
     EpisodataError,
@@ -63,7 +64,7 @@ from episodata_plugin_example._format import (
     to_stored,
     writer_flags,
 )
-from episodata_plugin_example._index import ONGOING, EpisodeIndex, Growable
+from episodata_plugin_example._index import ONGOING, EpisodeIndex
 from episodata_plugin_example._integrity import rebuild, verify_file
 from episodata_plugin_example._reads import join_rows, read_sorted
 from episodata_plugin_example._spill import SPILL_NAME, SpillFile
@@ -213,11 +214,9 @@ class Store:
             if episode < len(self._index) and self._index.known.data[episode]:
                 continue  # finalized after that flush; the record supersedes the spill
             num_rows = len(next(iter(rows.values())))
-            buffers = {}
-            for key, block in rows.items():
-                grow = Growable(block.shape[1:], block.dtype, max(16, num_rows))
-                grow.extend(block)
-                buffers[key] = grow
+            buffers = {
+                key: Growable.copy_of(block, max(16, num_rows)) for key, block in rows.items()
+            }
             self._index.put(
                 episode,
                 row_start=ONGOING,
@@ -362,12 +361,8 @@ class Store:
     def start_episode(self, rows: Rows) -> int:
         """Begin an ongoing episode in memory; nothing is written until a flush or commit."""
         self._check_writable()
-        num_rows = self._check_rows(rows, "a new episode")
-        buffers = {}
-        for key, block in rows.items():
-            grow = Growable(block.shape[1:], block.dtype, max(16, num_rows))
-            grow.extend(block)
-            buffers[key] = grow
+        num_rows = check_rows(rows, self._specs, "a new episode")
+        buffers = {key: Growable.copy_of(block, max(16, num_rows)) for key, block in rows.items()}
         episode = len(self._index)
         self._index.put(
             episode,
@@ -388,7 +383,7 @@ class Store:
                 f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
                 f"fields {sorted(buffers)}"
             )
-        count = self._check_rows(rows, f"episode {episode}")
+        count = check_rows(rows, self._specs, f"episode {episode}")
         for key, block in rows.items():
             buffers[key].extend(block)
         self._index.length.data[episode] += count
@@ -411,7 +406,7 @@ class Store:
     def add_episode(self, rows: Rows, *, terminated: bool, truncated: bool) -> int:
         """Commit a complete episode to ``data.h5``; durable when this returns."""
         self._check_writable()
-        num_rows = self._check_rows(rows, "a new episode")
+        num_rows = check_rows(rows, self._specs, "a new episode")
         episode = len(self._index)
         start = self._commit(episode, rows, terminated=terminated, truncated=truncated)
         self._index.put(
@@ -478,19 +473,6 @@ class Store:
         self._file.flush()
         if self._options.durable:
             os.fsync(self._file.id.get_vfd_handle())
-
-    def _check_rows(self, rows: Rows, where: str) -> int:
-        unknown = rows.keys() - self._specs.keys()
-        missing = {key for key, spec in self._specs.items() if not spec.optional} - rows.keys()
-        if unknown or missing:
-            raise SchemaError(
-                f"{where}: rows have unknown fields {sorted(unknown)} and lack required "
-                f"fields {sorted(missing)}"
-            )
-        counts = {len(block) for block in rows.values()}
-        if len(counts) != 1:
-            raise SchemaError(f"{where}: fields have different row counts {sorted(counts)}")
-        return counts.pop()
 
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
         """Rows ``[start, stop)`` of one episode: one HDF5 read per field."""

@@ -6,9 +6,10 @@ Both the writer and readers keep one; readers rebuild theirs from the commit rec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from episodata_core.authoring import Growable
 from episodata_core.protocols import EpisodeTable
 
 if TYPE_CHECKING:
@@ -16,44 +17,10 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-__all__ = ["ONGOING", "EpisodeIndex", "Growable"]
+__all__ = ["ONGOING", "EpisodeIndex"]
 
 ONGOING = -1
 """``row_start`` of an episode whose rows are not in ``data.h5`` yet."""
-
-
-class Growable:
-    """Rows of one shape and dtype with spare capacity at the end; capacity doubles."""
-
-    __slots__ = ("data", "size")
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], capacity: int = 16) -> None:
-        self.data: npt.NDArray[Any] = np.zeros((max(capacity, 1), *shape), dtype=dtype)
-        self.size = 0
-
-    def __len__(self) -> int:
-        return self.size
-
-    def view(self) -> npt.NDArray[Any]:
-        """The filled rows (a view; stale after the next growth)."""
-        return self.data[: self.size]
-
-    def resize(self, size: int) -> None:
-        """Grow (new rows are zero) or shrink the filled part to ``size`` rows."""
-        if size > len(self.data):
-            grown = np.zeros((max(size, 2 * len(self.data)), *self.data.shape[1:]), self.data.dtype)
-            grown[: self.size] = self.data[: self.size]
-            self.data = grown
-        elif size < self.size:
-            self.data[size : self.size] = 0
-        self.size = size
-
-    def extend(self, block: npt.NDArray[Any]) -> int:
-        """Append ``block`` (``[n, *shape]``); returns the row where it starts."""
-        start = self.size
-        self.resize(start + len(block))
-        self.data[start : self.size] = block
-        return start
 
 
 class EpisodeIndex:

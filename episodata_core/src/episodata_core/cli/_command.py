@@ -2,38 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from episodata_core.commands import Arg, arg
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
 
-__all__ = ["Arg", "Command", "arg", "table"]
+__all__ = ["Arg", "Verb", "arg", "table"]
 
 
 @dataclass(frozen=True)
-class Arg:
-    """One ``add_argument`` call: its flags and keyword arguments."""
+class Verb:
+    """A verb: ``run`` gets the parsed arguments and returns the exit code.
 
-    flags: tuple[str, ...]
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-def arg(*flags: str, **options: Any) -> Arg:
-    """Shorthand for :class:`Arg`."""
-    return Arg(flags, options)
-
-
-@dataclass(frozen=True)
-class Command:
-    """A verb: ``run`` gets the parsed arguments and returns the exit code."""
+    The core's verbs are written as rows of this table; a plugin's
+    :class:`~episodata_core.commands.Command` class is turned into one (``origin``
+    names its distribution).
+    """
 
     name: str
     help: str
     run: Callable[[argparse.Namespace], int]
     arguments: tuple[Arg, ...] = ()
     description: str | None = None
+    origin: str | None = None
 
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:

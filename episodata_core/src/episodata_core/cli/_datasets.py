@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from episodata_core import registry
-from episodata_core.cli._command import Command, arg, table
+from episodata_core.cli._command import Verb, arg, table
+from episodata_core.cli._output import counted, progress_wanted
 from episodata_core.dataset import Dataset
-from episodata_core.errors import EpisodataError
+from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_core.protocols import SupportsVerify
 
 if TYPE_CHECKING:
@@ -46,8 +47,12 @@ def describe(dataset: Dataset) -> str:
     manifest = dataset.manifest
     ongoing = int(np.count_nonzero(table_.ongoing))
     finalized = len(table_) - ongoing
-    terminated = int(np.count_nonzero(table_.terminated & ~table_.ongoing))
-    truncated = int(np.count_nonzero(table_.truncated & ~table_.ongoing))
+    # four disjoint counts that add up to `finalized`: an episode may carry both flags
+    done = ~table_.ongoing
+    both = int(np.count_nonzero(table_.terminated & table_.truncated & done))
+    terminated = int(np.count_nonzero(table_.terminated & ~table_.truncated & done))
+    truncated = int(np.count_nonzero(table_.truncated & ~table_.terminated & done))
+    neither = finalized - terminated - truncated - both
     lines = [f"dataset: {dataset.location or '(in memory)'}"]
     if manifest.incomplete is not None:
         lines.append(f"incomplete: {manifest.incomplete.describe(len(table_))}")
@@ -58,11 +63,11 @@ def describe(dataset: Dataset) -> str:
     }
     lines.append(
         f"backend: {manifest.backend} ({installed.get(manifest.backend, 'not installed')}), "
-        f"format version {manifest.format_version}"
+        f"format version {manifest.format_version}, generation {manifest.format_generation}"
     )
     lines.append(
         f"episodes: {len(table_)} ({finalized} finalized: {terminated} terminated, "
-        f"{truncated} truncated; {ongoing} ongoing)"
+        f"{truncated} truncated, {both} both, {neither} neither; {ongoing} ongoing)"
     )
     steps = table_.length.astype(np.int64)
     if len(steps):
@@ -111,6 +116,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if "://" not in args.path and not Path(args.path).exists():
+        # nothing there is not a damaged dataset: say what is wrong, as for any verb
+        raise DatasetStateError(f"cannot verify {args.path!r}: there is no such folder")
     try:
         dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
     except EpisodataError as err:
@@ -132,9 +140,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"DAMAGED {problem}")
     if problems:
-        print(f"{len(problems)} problem(s) found in {args.path}")
+        print(f"{counted(len(problems), 'problem')} found in {args.path}")
         return 1
-    what = f"manifest, index and checksums of {dataset.num_episodes} episodes"
+    what = f"manifest, index and checksums of {counted(dataset.num_episodes, 'episode')}"
     if incomplete is not None:
         print(f"the {what} are intact, but the dataset is incomplete")
         return 1
@@ -148,25 +156,25 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         copy = source.copy_to(
             args.destination,
             backend=args.backend,
-            progress=not args.quiet,
+            progress=progress_wanted(args.quiet),
             resume=args.resume,
         )
         copy.close()
     finally:
         source.close()
     if not args.quiet:
-        print(f"copied {source.num_episodes} episodes to {args.destination}")
+        print(f"copied {counted(source.num_episodes, 'episode')} to {args.destination}")
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "info",
         help="describe a stored dataset: schema, counts, sizes, backend, provenance",
         run=_cmd_info,
         arguments=(arg("path", help="dataset folder"),),
     ),
-    Command(
+    Verb(
         "verify",
         help="check a dataset against the checksums recorded when it was written",
         run=_cmd_verify,
@@ -176,7 +184,7 @@ COMMANDS: tuple[Command, ...] = (
             "damaged file, chunk or episode; exit code 1 when anything is damaged."
         ),
     ),
-    Command(
+    Verb(
         "copy",
         help="copy a dataset to a new path, possibly on another backend",
         run=_cmd_copy,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
-from episodata_core.cli._command import Command, arg
+from episodata_core.cli._command import Verb, arg
+from episodata_core.cli._output import counted, progress_wanted
+from episodata_core.errors import EpisodataImportWarning
 from episodata_core.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -14,7 +17,9 @@ __all__ = ["COMMANDS"]
 
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
-    pipeline = Pipeline.from_toml(args.file, allow_import_paths=args.allow_import_paths)
+    pipeline = Pipeline.from_toml(
+        args.file, allow_import_paths=args.allow_import_paths, workdir=args.workdir
+    )
     if args.executor is not None or args.address is not None:
         pipeline = pipeline.with_executor(args.executor, address=args.address)
     if args.action == "validate":
@@ -25,12 +30,17 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         for number, step in enumerate(steps, 1):
             print(f"  {number}. {step}")
         return 0
-    result = pipeline.run(progress=not args.quiet)
+    with warnings.catch_warnings():
+        if not args.quiet:
+            # the import summary printed below lists every import warning with its code
+            warnings.simplefilter("ignore", EpisodataImportWarning)
+        result = pipeline.run(progress=progress_wanted(args.quiet))
     if not args.quiet:
         if result.import_report is not None:
             print(result.import_report.summary())
         print(
-            f"dataset: {result.dataset.location or '(in memory)'} ({result.dataset.num_episodes} episodes)"
+            f"dataset: {result.dataset.location or '(in memory)'} "
+            f"({counted(result.dataset.num_episodes, 'episode')})"
         )
         for export in pipeline.config.exports:
             print(f"exported: {export.path} ({export.exporter})")
@@ -44,8 +54,8 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "pipeline",
         help="validate or run a TOML pipeline (import, store, export)",
         run=_cmd_pipeline,
@@ -55,6 +65,12 @@ COMMANDS: tuple[Command, ...] = (
             arg("-q", "--quiet", action="store_true", help="no progress bars or summary"),
             arg("--executor", help="run on this executor instead of the file's (local, ray)"),
             arg("--address", help="the executor's cluster address ('auto', 'ray://HOST:10001')"),
+            arg(
+                "--workdir",
+                metavar="DIR",
+                help="resolve the file's relative paths against DIR instead of the file's "
+                "folder (e.g. --workdir . to run an example pipeline here)",
+            ),
             arg(
                 "--allow-import-paths",
                 action="store_true",

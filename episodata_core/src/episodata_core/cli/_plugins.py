@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from episodata_core import registry
 from episodata_core._plugins import KINDS
-from episodata_core.cli._command import Command, arg, table
+from episodata_core.cli._command import Verb, arg, table
 from episodata_core.errors import EpisodataPluginWarning, PluginError
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def _load_all(kind: registry.PluginKind | None) -> None:
         "sampler": registry.get_sampler,
         "importer": registry.get_importer,
         "exporter": registry.get_exporter,
+        "command": registry.get_command,
         "executor": registry.get_executor,
     }
     # a failure is recorded in the registry and shown in the listing, so it is not
@@ -67,8 +68,8 @@ def _load_all(kind: registry.PluginKind | None) -> None:
             hooks.get_plugin_manager()
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "plugins",
         help="list installed plugins: name, kind, distribution==version, status",
         run=_cmd_plugins,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 from typing import TYPE_CHECKING, Any
 
-from episodata_core.cli._command import Command, arg
+from episodata_core.cli._command import Verb, arg
 from episodata_core.dataset import Dataset
-from episodata_core.errors import SchemaError
+from episodata_core.errors import EpisodataImportWarning, SchemaError
 from episodata_core.transfer import export_datasets, import_dataset
 
 if TYPE_CHECKING:
@@ -32,9 +33,13 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
-    dataset, report = import_dataset(
-        args.importer, args.source, args.destination, backend=args.backend, **options
-    )
+    with warnings.catch_warnings():
+        if not args.quiet:
+            # the summary printed below lists every import warning with its code
+            warnings.simplefilter("ignore", EpisodataImportWarning)
+        dataset, report = import_dataset(
+            args.importer, args.source, args.destination, backend=args.backend, **options
+        )
     dataset.close()
     if not args.quiet:
         print(report.summary())
@@ -65,8 +70,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Command, ...] = (
-    Command(
+COMMANDS: tuple[Verb, ...] = (
+    Verb(
         "import",
         help="import a foreign file into a new dataset (importers: d4rl, lewm, ...)",
         run=_cmd_import,
@@ -85,7 +90,7 @@ COMMANDS: tuple[Command, ...] = (
             arg("-q", "--quiet", action="store_true", help="print nothing on success"),
         ),
     ),
-    Command(
+    Verb(
         "export",
         help="export datasets to a foreign format (exporters: offset-segments, ...)",
         run=_cmd_export,

@@ -40,7 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from episodata_core import registry
-from episodata_core._options import located_errors, validate_options
+from episodata_core._options import located_errors, unknown_key, validate_options
 from episodata_core.errors import SchemaError
 
 __all__ = [
@@ -223,7 +223,48 @@ class PipelineConfig(_Strict):
             cls = classes["executor", self.executor.name]
             validate_options(cls, self.executor.options, "executor.options")
             steps.append(f"run on the {self.executor.name} executor")
+        self._check_paths()
         return steps, imported
+
+    def _check_paths(self) -> None:
+        """Refuse, before any step runs, paths that would make a step fail half-way.
+
+        A missing source, a store path that already holds a finished dataset and an
+        export folder that exists (without ``overwrite``) all fail only after earlier
+        steps did their work; catching them here keeps ``validate``'s "valid" honest.
+        URLs are left to the step that opens them.
+        """
+        source = self.source
+        if isinstance(source, ImportSource):
+            for path in source.files():  # a glob that matches nothing is refused here too
+                if _is_local(path) and not Path(path).expanduser().exists():
+                    raise SchemaError(
+                        f"source.path: no such file or folder {path!r}; give the path of "
+                        f"the file to import with {source.importer!r} (relative paths are "
+                        "relative to the pipeline file, or to --workdir)"
+                    )
+        elif _is_local(source.dataset) and not _holds_dataset(source.dataset):
+            raise SchemaError(
+                f"source.dataset: {source.dataset!r} is not an episodata dataset (no "
+                f"manifest.json there); give the folder of an existing dataset"
+            )
+        if self.store is not None and self.store.path is not None:
+            path = self.store.path
+            if _is_local(path) and _holds_dataset(path, finished=True):
+                raise SchemaError(
+                    f"store.path: {path!r} already holds a dataset; choose a new path, or "
+                    "remove that dataset first"
+                )
+        for number, export in enumerate(self.exports):
+            if (
+                _is_local(export.path)
+                and Path(export.path).expanduser().exists()
+                and not export.options.get("overwrite", False)
+            ):
+                raise SchemaError(
+                    f"exports[{number}].path: {export.path!r} already exists; choose a new "
+                    "folder, or set overwrite = true in that export's options"
+                )
 
     def _named_plugins(self) -> list[tuple[str, registry.PluginKind, str]]:
         """``(location, kind, name)`` of every plugin the pipeline names, in step order."""
@@ -245,6 +286,28 @@ _SELF_OPT_IN = (
     "to make episodata run its code); remove it, and pass --allow-import-paths to "
     "`episodata pipeline validate|run` (allow_import_paths=True in Python) if you trust it"
 )
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _holds_dataset(path: str, *, finished: bool = False) -> bool:
+    """Whether ``path`` holds a manifest (``finished``: one not marked incomplete).
+
+    A dataset whose bulk write was interrupted is marked incomplete; a rerun replaces
+    it, so a pipeline may name it as its store.
+    """
+    manifest = Path(path.removeprefix("file://")).expanduser() / "manifest.json"
+    if not manifest.is_file():
+        return False
+    if not finished:
+        return True
+    try:
+        document = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return True  # unreadable: not ours to replace
+    return not (isinstance(document, dict) and document.get("incomplete"))
 
 
 def _store_backend(store: StoreConfig) -> str:
@@ -276,7 +339,8 @@ def _plugin(kind: registry.PluginKind, name: str, where: str) -> Any:
 def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConfig:
     """Parse a TOML file (a path) or TOML text into a validated :class:`PipelineConfig`.
 
-    Relative paths in the file are relative to the file's folder.
+    Relative paths in the file are relative to the file's folder, or to ``base`` when
+    it is given.
     """
     text: str
     if isinstance(source, Path) or "\n" not in source:
@@ -293,11 +357,56 @@ def load_config(source: str | Path, *, base: Path | None = None) -> PipelineConf
         raise SchemaError(f"pipeline: not valid TOML: {err}") from err
     if "allow_import_paths" in document:
         raise SchemaError(f"pipeline: {_SELF_OPT_IN}")
+    _check_keys(document)
     try:
         config = PipelineConfig.model_validate(document)
     except ValidationError as err:
-        raise SchemaError(located_errors(err, "pipeline")) from err
+        raise SchemaError(located_errors(err, "pipeline", PipelineConfig)) from err
     return _rebase(config, base) if base is not None else config
+
+
+def _check_keys(document: dict[str, Any]) -> None:
+    """Name an unknown key of the file with the valid ones and the closest, before pydantic.
+
+    The source is one of two tables; validated as a union, one typo would come back as
+    errors against both models. Which table is meant is read from its keys first.
+    """
+    tables: dict[str, tuple[type[BaseModel], Any]] = {"store": (StoreConfig, document.get("store"))}
+    source = document.get("source")
+    if isinstance(source, dict):
+        import_keys, dataset_keys = set(ImportSource.model_fields), set(DatasetSource.model_fields)
+        given = set(source)
+        model: type[BaseModel] = (
+            DatasetSource
+            if "dataset" in given or len(given & dataset_keys) > len(given & import_keys)
+            else ImportSource
+        )
+        if "importer" not in given and "dataset" not in given:
+            known = import_keys | dataset_keys
+            stray = sorted(key for key in given if key not in known)
+            first = f"{unknown_key(stray[0], known)}; " if stray else ""
+            raise SchemaError(
+                f"pipeline.source: {first}a source is importer = NAME with path = FILE, "
+                "or dataset = PATH"
+            )
+        tables["source"] = (model, source)
+    for name in document:
+        if name not in PipelineConfig.model_fields:
+            raise SchemaError(
+                f"pipeline: {unknown_key(name, PipelineConfig.model_fields, 'table')}"
+            )
+    for name, (model, table) in tables.items():
+        if isinstance(table, dict):
+            for key in table:
+                if key not in model.model_fields:
+                    raise SchemaError(f"pipeline.{name}: {unknown_key(key, model.model_fields)}")
+    exports = document.get("exports")
+    for number, table in enumerate(exports if isinstance(exports, list) else []):
+        for key in table if isinstance(table, dict) else ():
+            if key not in ExportStep.model_fields:
+                raise SchemaError(
+                    f"pipeline.exports[{number}]: {unknown_key(key, ExportStep.model_fields)}"
+                )
 
 
 def _rebase(config: PipelineConfig, base: Path) -> PipelineConfig:

@@ -126,11 +126,21 @@ class Pipeline:
 
     @classmethod
     def from_toml(
-        cls, source: str | os.PathLike[str], *, allow_import_paths: bool = False
+        cls,
+        source: str | os.PathLike[str],
+        *,
+        allow_import_paths: bool = False,
+        workdir: str | os.PathLike[str] | None = None,
     ) -> Pipeline:
-        """Load a TOML file (or TOML text) and validate its structure; imports nothing."""
+        """Load a TOML file (or TOML text) and validate its structure; imports nothing.
+
+        Relative paths in the file are relative to the file's folder, or to ``workdir``
+        when it is given (e.g. ``"."`` to run an example pipeline without writing next to
+        it).
+        """
         path = Path(source) if not isinstance(source, str) else source
-        return cls(load_config(path), allow_import_paths=allow_import_paths)
+        base = None if workdir is None else Path(workdir).expanduser().absolute()
+        return cls(load_config(path, base=base), allow_import_paths=allow_import_paths)
 
     def validate(self) -> list[str]:
         """Resolve every plugin and check every options table; nothing is written."""

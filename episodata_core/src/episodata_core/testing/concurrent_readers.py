@@ -46,7 +46,7 @@ from episodata_core.testing._reader_checks import (
     reader_episode,
     reader_schema,
 )
-from episodata_core.testing.backend import example_schema
+from episodata_core.testing.examples import example_schema
 
 if TYPE_CHECKING:
     from episodata_core.schema import DatasetSchema

@@ -33,26 +33,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import pytest
-from pydantic import ValidationError
 
-from episodata_core import registry
 from episodata_core.errors import EpisodataError
 from episodata_core.protocols import Exporter
-from episodata_core.testing.importer import (
-    HEAVY_MODULES,
+from episodata_core.testing.oracle import (
     ExpectedImport,
     assert_dataset_matches,
     assert_report_matches,
     backend_problem,
-    check_entry_point_is_light,
     checked_import,
 )
+from episodata_core.testing.packaging import PackagingTests
 from episodata_core.transfer import export_datasets
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from episodata_core.dataset import Dataset
+    from episodata_core.registry import PluginKind
     from episodata_core.transfer import ImportReport
 
 __all__ = ["ExportCase", "ExporterTests", "FailingExport", "tree_digest"]
@@ -109,7 +107,7 @@ def _state(datasets: Mapping[str, Dataset]) -> dict[str, tuple[int, int, str]]:
 Exported = tuple[ExportCase, Path, Any]
 
 
-class ExporterTests(Generic[ExporterT]):
+class ExporterTests(PackagingTests, Generic[ExporterT]):
     """Conformance tests for an :class:`~episodata_core.protocols.Exporter`.
 
     Subclasses set ``exporter_cls`` and implement :meth:`export_cases`; they may set
@@ -117,10 +115,16 @@ class ExporterTests(Generic[ExporterT]):
     :meth:`check_round_trip` and :meth:`failing_exports`.
     """
 
-    exporter_cls: ClassVar[type[Any]]
+    plugin_kind: ClassVar[PluginKind] = "exporter"
+    exporter_cls: type[ExporterT]
+    """The exporter class under test (set it in the subclass's body)."""
     #: registered name of the importer that reads this exporter's output back, if any
     round_trip_importer: ClassVar[str | None] = None
-    heavy_modules: ClassVar[tuple[str, ...]] = HEAVY_MODULES
+
+    @property
+    def plugin_cls(self) -> type:
+        """The class the packaging tests check: :attr:`exporter_cls`."""
+        return self.exporter_cls
 
     # -- hooks a subclass implements ------------------------------------------------------
 
@@ -164,24 +168,6 @@ class ExporterTests(Generic[ExporterT]):
             destination = tmp_path_factory.mktemp(f"export-{position}") / "out"
             done.append((case, destination, tests.export(case, destination)))
         return done
-
-    # -- plugin contract ------------------------------------------------------------------
-
-    def test_declares_plugin_metadata(self) -> None:
-        cls = self.exporter_cls
-        assert isinstance(cls.name, str)
-        assert cls.name
-        assert isinstance(cls.description, str)
-        assert cls.description
-        cls.Options()  # every option has a default
-        with pytest.raises(ValidationError, match="no_such_option"):
-            cls.Options(no_such_option=1)
-
-    def test_registered_under_its_name(self) -> None:
-        assert registry.get_exporter(self.exporter_cls.name) is self.exporter_cls
-
-    def test_entry_point_module_is_light(self) -> None:
-        check_entry_point_is_light("exporter", self.exporter_cls, self.heavy_modules)
 
     # -- the written files ----------------------------------------------------------------
 

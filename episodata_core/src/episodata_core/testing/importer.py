@@ -1,4 +1,4 @@
-"""``ImporterTests``: the conformance tests every importer passes, and its oracle types.
+"""``ImporterTests``: the conformance tests every importer passes (oracle types: ``oracle``).
 
 An importer's test module subclasses it, names the class under test and builds tiny
 local source files, each with an oracle of the episodes it must give::
@@ -24,396 +24,58 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
-import textwrap
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-import numpy as np
 import pytest
-from pydantic import ValidationError
 
-from episodata_core import registry
 from episodata_core.dataset import Dataset
-from episodata_core.errors import (
-    EpisodataError,
-    EpisodataWarning,
-    MissingDependencyError,
-    PluginError,
-)
 from episodata_core.protocols import Importer
+from episodata_core.testing.oracle import (
+    BadSource,
+    ExpectedImport,
+    assert_dataset_matches,
+    assert_report_fields,
+    assert_report_matches,
+    backend_problem,
+    checked_import,
+)
+from episodata_core.testing.packaging import HEAVY_MODULES, PackagingTests
 from episodata_core.transfer import import_dataset
-from episodata_core.views import FieldGroup
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    import numpy.typing as npt
-
-    from episodata_core.episode import Episode
     from episodata_core.registry import PluginKind
-    from episodata_core.schema import DatasetSchema
     from episodata_core.transfer import ImportReport
-    from episodata_core.views import TransitionView
 
-__all__ = [
-    "HEAVY_MODULES",
-    "BadSource",
-    "ExpectedEpisode",
-    "ExpectedImport",
-    "ImporterTests",
-    "assert_dataset_matches",
-    "assert_episode_matches",
-    "assert_report_fields",
-    "assert_report_matches",
-    "backend_problem",
-    "check_entry_point_is_light",
-    "checked_import",
-]
+__all__ = ["HEAVY_MODULES", "ImporterTests"]  # HEAVY_MODULES: where it was first defined
 
 ImporterT = TypeVar("ImporterT", bound=Importer)
-
-#: modules that importing a plugin's entry-point module must not pull in (architecture.md)
-HEAVY_MODULES = ("h5py", "hdf5plugin", "tensorstore", "zarr", "torch", "tensordict", "gymnasium")
-
-Arrays: TypeAlias = "Mapping[str, npt.NDArray[Any]]"
-
-
-# -- the oracle ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExpectedEpisode:
-    """One episode an import must give, as plain arrays.
-
-    Keys are qualified field keys (``"observation/state"``) or keys within the group's
-    role (``"state"``); a key that starts with its group's role and ``/`` is taken as
-    qualified. ``observations`` and ``infos`` hold T + 1 rows (the reset row first),
-    ``actions`` and ``rewards`` T rows (``actions[t]`` led from row t to row t + 1).
-    """
-
-    observations: Arrays
-    actions: Arrays = field(default_factory=dict)
-    rewards: Arrays = field(default_factory=dict)
-    infos: Arrays = field(default_factory=dict)
-    terminated: bool = False
-    truncated: bool = False
-
-    @classmethod
-    def from_bulk(
-        cls,
-        initial_observation: Arrays,
-        observations: Arrays,
-        actions: Arrays | None = None,
-        rewards: Arrays | None = None,
-        *,
-        initial_info: Arrays | None = None,
-        infos: Arrays | None = None,
-        terminated: bool = False,
-        truncated: bool = False,
-    ) -> ExpectedEpisode:
-        """The oracle of a bulk episode: ``initial_*`` (one row) before T rows each."""
-
-        def joined(first: Arrays | None, rest: Arrays | None) -> dict[str, npt.NDArray[Any]]:
-            first, rest = first or {}, rest or {}
-            return {
-                key: np.concatenate([np.asarray(first[key])[None], np.asarray(rest[key])])
-                for key in first
-            }
-
-        return cls(
-            observations=joined(initial_observation, observations),
-            actions=dict(actions or {}),
-            rewards=dict(rewards or {}),
-            infos=joined(initial_info, infos),
-            terminated=terminated,
-            truncated=truncated,
-        )
-
-    @property
-    def transitions(self) -> int:
-        """T, the number of transitions."""
-        return int(next(iter(self.observations.values())).shape[0]) - 1
-
-    def by_role(self) -> dict[str, dict[str, npt.NDArray[Any]]]:
-        """``{role: {qualified key: array}}`` of every expected field."""
-        groups = (
-            ("observation", self.observations),
-            ("action", self.actions),
-            ("reward", self.rewards),
-            ("info", self.infos),
-        )
-        return {
-            role: {_qualified(role, key): np.asarray(value) for key, value in arrays.items()}
-            for role, arrays in groups
-        }
-
-
-def _qualified(role: str, key: str) -> str:
-    return key if key.startswith(role + "/") else f"{role}/{key}"
-
-
-@dataclass(frozen=True)
-class ExpectedImport:
-    """What importing one source with ``options`` must give.
-
-    ``report`` lists expected values of report keys (a subset of
-    ``report.model_dump(mode="json")``); ``provenance`` expected columns of the import
-    record's ``episodes`` table and ``source`` expected entries of its ``source`` (both
-    subsets); ``warnings`` the warning codes the import reports and emits, and no others.
-    """
-
-    episodes: Sequence[ExpectedEpisode]
-    options: Mapping[str, Any] = field(default_factory=dict)
-    report: Mapping[str, Any] = field(default_factory=dict)
-    provenance: Mapping[str, Sequence[Any]] = field(default_factory=dict)
-    source: Mapping[str, Any] = field(default_factory=dict)
-    warnings: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class BadSource:
-    """A source the importer must reject with ``error`` (message matching ``match``)."""
-
-    source: str | os.PathLike[str]
-    error: type[BaseException] | tuple[type[BaseException], ...] = EpisodataError
-    match: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-# -- comparisons --------------------------------------------------------------------------
-
-
-def _equal(actual: Any, expected: npt.NDArray[Any], where: str) -> None:
-    actual = np.asarray(actual)
-    assert actual.dtype == expected.dtype, (
-        f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
-    )
-    # NaN equals NaN here, so NaN rewards and diagnostics must sit in the same places
-    np.testing.assert_array_equal(actual, expected, err_msg=where, strict=True)
-
-
-def _role_arrays(view: TransitionView, accessor: str, role: str) -> dict[str, Any]:
-    """``{qualified key: array}`` behind one role accessor (``obs``, ``next_info``, ...)."""
-    value = getattr(view, accessor)
-    if isinstance(value, FieldGroup):
-        return {f"{role}/{key}": array for key, array in value.flat().items()}
-    return {f"{role}/{role}": value}  # a bare role: one field keyed by the role
-
-
-# rows of the expected arrays behind each accessor of an episode read (T + 1 obs/info rows,
-# T action/reward rows) ...
-_SEGMENT_VIEWS: dict[str, tuple[tuple[str, slice], ...]] = {
-    "observation": (("obs", slice(0, -1)), ("next_obs", slice(1, None))),
-    "info": (("info", slice(0, -1)), ("next_info", slice(1, None))),
-    "action": (("action", slice(None)),),
-    "reward": (("reward", slice(None)),),
-}
-# ... and the row offset from t behind each accessor of the single transition t
-_STEP_VIEWS: dict[str, tuple[tuple[str, int], ...]] = {
-    "observation": (("obs", 0), ("next_obs", 1)),
-    "info": (("info", 0), ("next_info", 1)),
-    "action": (("action", 0),),
-    "reward": (("reward", 0),),
-}
-
-
-def assert_episode_matches(episode: Episode, expected: ExpectedEpisode, where: str = "") -> None:
-    """``episode`` holds exactly ``expected``, read through its transition views.
-
-    Checks the length and flags, the set of fields and their dtypes, every row, and
-    transition by transition ``obs[i]``/``next_obs[i]``, ``action[i]``, ``reward[i]``,
-    ``info[i]``/``next_info[i]`` and the flags.
-    """
-    steps = expected.transitions
-    assert len(episode) == steps, f"{where}: {len(episode)} transitions, expected {steps}"
-    assert not episode.ongoing, f"{where}: still ongoing"
-    assert episode.terminated is expected.terminated, f"{where}: terminated"
-    assert episode.truncated is expected.truncated, f"{where}: truncated"
-    groups = expected.by_role()
-    read = episode.read()
-    wanted = {key for arrays in groups.values() for key in arrays}
-    assert set(read.buffers) == wanted, (
-        f"{where}: fields {sorted(read.buffers)} != {sorted(wanted)}"
-    )
-    for role, arrays in groups.items():
-        if not arrays:
-            continue
-        for accessor, rows in _SEGMENT_VIEWS[role]:
-            actual = _role_arrays(read, accessor, role)
-            for key, values in arrays.items():
-                _equal(actual[key], values[rows], f"{where}: {accessor} {key}")
-    last = np.arange(steps) == steps - 1
-    _equal(read.terminated, last & expected.terminated, f"{where}: terminated flags")
-    _equal(read.truncated, last & expected.truncated, f"{where}: truncated flags")
-    _equal(read.mask, np.ones(steps, dtype=bool), f"{where}: mask")
-    # the boundary transitions once more through the single-transition read
-    for t in sorted({0, steps - 1} if steps else set()):
-        step = episode.step(t)
-        for role, arrays in groups.items():
-            for accessor, offset in _STEP_VIEWS[role] if arrays else ():
-                actual = _role_arrays(step, accessor, role)
-                for key, values in arrays.items():
-                    _equal(actual[key], values[t + offset], f"{where}: step({t}).{accessor} {key}")
-        final = t == steps - 1
-        assert bool(step.terminated) is (final and expected.terminated), f"{where}: step({t})"
-        assert bool(step.truncated) is (final and expected.truncated), f"{where}: step({t})"
-
-
-def assert_dataset_matches(
-    dataset: Dataset, expected: ExpectedImport, *, first: int = 0, where: str = ""
-) -> None:
-    """Episodes ``first, first + 1, ...`` of ``dataset`` are the expected episodes."""
-    count = len(expected.episodes)
-    assert dataset.num_episodes >= first + count, (
-        f"{where}: {dataset.num_episodes} episodes, expected at least {first + count}"
-    )
-    for offset, episode in enumerate(expected.episodes):
-        assert_episode_matches(
-            dataset.episode(first + offset), episode, f"{where} episode {first + offset}"
-        )
-
-
-def assert_report_matches(report: ImportReport, expected: ExpectedImport, where: str = "") -> None:
-    """The report's counts agree with the expected episodes and its listed values."""
-    dumped = report.model_dump(mode="json")
-    episodes = expected.episodes
-    derived = {
-        "episodes_imported": len(episodes),
-        "transitions": sum(e.transitions for e in episodes),
-    }
-    for key, value in derived.items():
-        assert dumped[key] == value, f"{where}: report {key} = {dumped[key]}, expected {value}"
-    flags = dumped["flag_counts"]
-    counted = {
-        "terminated": sum(e.terminated for e in episodes),
-        "truncated": sum(e.truncated for e in episodes),
-        "both": sum(e.terminated and e.truncated for e in episodes),
-    }
-    for key, value in counted.items():
-        assert flags[key] == value, f"{where}: flag_counts {key} = {flags[key]}, expected {value}"
-    skipped = sum(dumped["episodes_skipped"].values())
-    assert dumped["episodes_found"] == dumped["episodes_imported"] + skipped, (
-        f"{where}: episodes_found is not imported + skipped: {dumped}"
-    )
-    for key, value in expected.report.items():
-        assert dumped[key] == value, f"{where}: report {key} = {dumped[key]!r}, expected {value!r}"
-    codes = {w["code"] for w in dumped["warnings"]}
-    assert codes == set(expected.warnings), f"{where}: report warnings {sorted(codes)}"
-
-
-def assert_report_fields(report: ImportReport, schema: DatasetSchema, where: str = "") -> None:
-    """``report.fields`` describes exactly the schema's fields (role, dtype, shape).
-
-    Entries may be keyed by qualified key (``"observation/state"``) or, when the key is
-    unique across roles, by key (``"state"``).
-    """
-    assert len(report.fields) == len(schema), (
-        f"{where}: report fields {sorted(report.fields)} != schema {schema.qualified_keys}"
-    )
-    for spec in schema:
-        entry = report.fields.get(spec.qualified_key, report.fields.get(spec.key))
-        assert entry is not None, f"{where}: report.fields lacks {spec.qualified_key!r}"
-        described = (entry.role, np.dtype(entry.dtype), tuple(entry.shape))
-        assert described == (spec.role, spec.np_dtype, spec.shape), (
-            f"{where}: report.fields entry of {spec.qualified_key!r} is {described}"
-        )
-
-
-def checked_import(
-    importer: str,
-    source: str,
-    expected: ExpectedImport,
-    destination: Dataset | str | os.PathLike[str] | None = None,
-    **kwargs: Any,
-) -> tuple[Dataset, ImportReport]:
-    """Import with ``expected.options``; each expected warning code is emitted once.
-
-    A warning code counts as emitted when it appears in the message of an
-    :class:`~episodata_core.errors.EpisodataWarning`; any other warning fails.
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        dataset, report = import_dataset(
-            importer, source, destination, **kwargs, **expected.options
-        )
-    messages = [str(w.message) for w in caught]
-    for w in caught:
-        assert issubclass(w.category, EpisodataWarning), f"{source}: foreign warning {w}"
-    for code in expected.warnings:
-        hits = sum(code in message for message in messages)
-        assert hits == 1, f"{source}: warning {code!r} emitted {hits} times: {messages}"
-    assert len(messages) == len(expected.warnings), f"{source}: warnings {messages}"
-    return dataset, report
-
-
-# -- packaging checks shared with ExporterTests -------------------------------------------
-
-_LIGHT_PROBE = textwrap.dedent(
-    """
-    import importlib, json, sys
-    module = importlib.import_module({module!r})
-    plugin = module
-    for part in {attr!r}.split("."):
-        plugin = getattr(plugin, part)
-    # reading the declared metadata must stay light too
-    plugin.Options.model_json_schema()
-    print(json.dumps([name for name in {heavy!r} if name in sys.modules]))
-    """
-)
-
-
-def _entry_point(kind: PluginKind, cls: type) -> tuple[str, str]:
-    """``(module, attribute)`` of the entry point that provides ``cls``."""
-    for info in registry.list_plugins(kind):
-        if info.name == getattr(cls, "name", None) and ":" in info.value:
-            module, attr = info.value.split(":", 1)
-            return module, attr
-    return cls.__module__, cls.__qualname__
-
-
-def check_entry_point_is_light(kind: PluginKind, cls: type, heavy: Sequence[str]) -> None:
-    """Importing the entry-point module of ``cls`` in a fresh interpreter imports no ``heavy``."""
-    module, attr = _entry_point(kind, cls)
-    probe = _LIGHT_PROBE.format(module=module, attr=attr, heavy=tuple(heavy))
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = json.loads(result.stdout.splitlines()[-1])
-    assert loaded == [], (
-        f"importing {module} (entry point of {kind} {cls.__name__}) imported {loaded}"
-    )
-
-
-def backend_problem(name: str) -> str | None:
-    """Why backend ``name`` cannot be used here, or ``None`` when it loads."""
-    try:
-        registry.get_backend(name)
-    except (PluginError, MissingDependencyError) as err:
-        return f"backend {name!r} is not usable here: {err}"
-    return None
-
 
 # -- the test class -----------------------------------------------------------------------
 
 Case = tuple[str, ExpectedImport]
 
 
-class ImporterTests(Generic[ImporterT]):
+class ImporterTests(PackagingTests, Generic[ImporterT]):
     """Conformance tests for an :class:`~episodata_core.protocols.Importer`.
 
     Subclasses set ``importer_cls`` and implement :meth:`import_cases`; they may
     implement :meth:`bad_sources`, set ``persistent_backends`` and ``heavy_modules``.
     """
 
-    importer_cls: ClassVar[type[Any]]
+    plugin_kind: ClassVar[PluginKind] = "importer"
+    importer_cls: type[ImporterT]
+    """The importer class under test (set it in the subclass's body)."""
     #: backends the persistent-import test tries (each skipped when not installed)
     persistent_backends: ClassVar[tuple[str, ...]] = ("npz_directory", "zarr")
-    heavy_modules: ClassVar[tuple[str, ...]] = HEAVY_MODULES
+
+    @property
+    def plugin_cls(self) -> type:
+        """The class the packaging tests check: :attr:`importer_cls`."""
+        return self.importer_cls
 
     # -- hooks a subclass implements ------------------------------------------------------
 
@@ -477,24 +139,6 @@ class ImporterTests(Generic[ImporterT]):
             assert len(column) == count, f"{where}: provenance column {name!r}"
         for name, column in expected.provenance.items():
             assert columns[name] == list(column), f"{where}: provenance column {name!r}"
-
-    # -- plugin contract ------------------------------------------------------------------
-
-    def test_declares_plugin_metadata(self) -> None:
-        cls = self.importer_cls
-        assert isinstance(cls.name, str)
-        assert cls.name
-        assert isinstance(cls.description, str)
-        assert cls.description
-        cls.Options()  # every option has a default: `episodata import NAME SOURCE DEST`
-        with pytest.raises(ValidationError, match="no_such_option"):
-            cls.Options(no_such_option=1)
-
-    def test_registered_under_its_name(self) -> None:
-        assert registry.get_importer(self.importer_cls.name) is self.importer_cls
-
-    def test_entry_point_module_is_light(self) -> None:
-        check_entry_point_is_light("importer", self.importer_cls, self.heavy_modules)
 
     # -- imports against the oracle -------------------------------------------------------
 

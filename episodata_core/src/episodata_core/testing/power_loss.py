@@ -39,8 +39,9 @@ import numpy as np
 
 from episodata_core.dataset import Dataset
 from episodata_core.testing import _crash_writer
+from episodata_core.testing._crash_checks import Reported, check_dataset
 from episodata_core.testing._crash_writer import bulk_episode
-from episodata_core.testing.crash import KillChainFigures, _check, _Reported
+from episodata_core.testing.crash import KillChainFigures
 from episodata_core.testing.powercut import run_and_cut
 
 if TYPE_CHECKING:
@@ -135,9 +136,9 @@ class _Expected:
                     self.flushed[episode] = max(rows, self.flushed.get(episode, 0))
         return finalized - self.final
 
-    def reported(self) -> _Reported:
+    def reported(self) -> Reported:
         """The kill chain's oracle, told that only the durable episodes were reported."""
-        return _Reported(
+        return Reported(
             final=set(self.final),
             flushed=dict(self.flushed),
             whole=set(self.whole),
@@ -305,7 +306,7 @@ def _check_image(
         except Exception as error:  # noqa: BLE001 (any failure to open is a finding)
             return f"{what} of the image failed: {type(error).__name__}: {error}", set()
         try:
-            problems = _check(dataset, schema, reported, counts, all_or_none=False)
+            problems = check_dataset(dataset, schema, reported, counts, all_or_none=False)
             if writable and not problems:
                 problems = _after_recovery(
                     dataset, records, expect_recovery_report=expect_recovery_report
@@ -330,7 +331,7 @@ def _check_image(
     try:
         dataset = Dataset.open(str(folder), read_only=True)
         try:
-            problems = _check(dataset, schema, reported, counts, all_or_none=False)
+            problems = check_dataset(dataset, schema, reported, counts, all_or_none=False)
         finally:
             dataset.close()
     except Exception as error:  # noqa: BLE001

@@ -18,20 +18,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 import pytest
-from pydantic import BaseModel
 
 from episodata_core.dataset import Dataset
-from episodata_core.registry import get_sampler
+from episodata_core.protocols import Sampler
 from episodata_core.sampling.index import SegmentIndex
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_core.testing.packaging import PackagingTests
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
+    from collections.abc import Callable
 
+    import numpy.typing as npt
+    from pydantic import BaseModel
+
+    from episodata_core.registry import PluginKind
     from episodata_core.sampling.index import Pad
     from episodata_core.views import Batch
 
@@ -43,7 +47,19 @@ __all__ = [
     "reference_windows",
 ]
 
-S = TypeVar("S")
+
+class NamedSampler(Sampler, Protocol):
+    """A sampler plugin class: the ``Sampler`` contract plus the plugin's metadata.
+
+    ``name``, ``description`` and ``Options`` are what every plugin class declares.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+
+
+S = TypeVar("S", bound=NamedSampler)
 
 #: bare roles: ``batch.obs`` is ``[B, L, 2]``, ``batch.action`` and ``batch.reward`` ``[B, L]``
 SCHEMA = DatasetSchema(
@@ -167,10 +183,17 @@ def _decode_window(batch: Batch, b: int) -> tuple[int, int]:
     return int(first[0]) - 1, int(first[1]) - 1
 
 
-class SamplerTests(Generic[S]):
+class SamplerTests(PackagingTests, Generic[S]):
     """Conformance tests for a sampler (``sample(index, batch_size) -> positions``)."""
 
-    sampler_cls: ClassVar[type[Any]]
+    plugin_kind: ClassVar[PluginKind] = "sampler"
+    sampler_cls: type[S]
+    """The sampler class under test (set it in the subclass's body)."""
+
+    @property
+    def plugin_cls(self) -> type:
+        """The class the packaging tests check: :attr:`sampler_cls`."""
+        return self.sampler_cls
 
     #: episode lengths of the test dataset: empty, short and long; flags cycle through
     #: terminated, truncated, both and neither, and the last two episodes are ongoing
@@ -186,8 +209,9 @@ class SamplerTests(Generic[S]):
 
     def make_sampler(self, seed: int, sampler_kwargs: dict[str, Any]) -> S:
         """Build the sampler under test."""
-        sampler: S = self.sampler_cls(seed=seed, **sampler_kwargs)
-        return sampler
+        # the Protocol cannot declare the constructor: samplers take seed= and their options
+        factory = cast("Callable[..., S]", self.sampler_cls)
+        return factory(seed=seed, **sampler_kwargs)
 
     @pytest.fixture
     def episodes(self) -> list[ReferenceEpisode]:
@@ -216,7 +240,7 @@ class SamplerTests(Generic[S]):
 
     def draw(self, sampler: S, index: SegmentIndex, batch_size: int) -> npt.NDArray[Any]:
         """Call ``sample`` and return what it gave as an array."""
-        return np.asarray(sampler.sample(index, batch_size))  # type: ignore[attr-defined]
+        return np.asarray(sampler.sample(index, batch_size))
 
     def assert_batch_matches_reference(
         self, batch: Batch, episodes: list[ReferenceEpisode], pad: Pad
@@ -238,20 +262,6 @@ class SamplerTests(Generic[S]):
                 )
             windows.append(window)
         return windows
-
-    # -- plugin contract ------------------------------------------------------------------
-
-    def test_declares_plugin_metadata(self) -> None:
-        cls = self.sampler_cls
-        assert isinstance(cls.name, str)
-        assert cls.name
-        assert isinstance(cls.description, str)
-        assert cls.description
-        assert isinstance(cls.Options, type)
-        assert issubclass(cls.Options, BaseModel)
-
-    def test_registered_under_its_name(self) -> None:
-        assert get_sampler(self.sampler_cls.name) is self.sampler_cls
 
     # -- what sample() returns ------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.importing import require_module
 from episodata_d4rl._options import D4RLOptions, FieldNames
 from episodata_d4rl._report import D4RLReport
@@ -49,20 +50,14 @@ class D4RLImporter:
         _require_h5py()
         from episodata_d4rl._impl import read_schema
 
-        return read_schema(source, _options(options))
+        return read_schema(source, coerce_options(options, D4RLOptions))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Validate ``source`` completely, then append its episodes to ``dataset``."""
         _require_h5py()
         from episodata_d4rl._impl import import_file
 
-        return import_file(source, dataset, _options(options))
-
-
-def _options(options: BaseModel) -> D4RLOptions:
-    if isinstance(options, D4RLOptions):
-        return options
-    return D4RLOptions.model_validate(options.model_dump())
+        return import_file(source, dataset, coerce_options(options, D4RLOptions))
 
 
 def _require_h5py() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.importing import require_module
 from episodata_lerobot._options import LeRobotExportOptions, LeRobotImportOptions
 
@@ -60,14 +61,14 @@ class LeRobotImporter:
         _require("the lerobot importer")
         from episodata_lerobot._import import read_schema
 
-        return read_schema(source, _import_options(options))
+        return read_schema(source, coerce_options(options, LeRobotImportOptions))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Check ``source`` completely, then append its episodes to ``dataset``."""
         _require("the lerobot importer")
         from episodata_lerobot._import import import_source
 
-        return import_source(source, dataset, _import_options(options))
+        return import_source(source, dataset, coerce_options(options, LeRobotImportOptions))
 
 
 class LeRobotExporter:
@@ -89,18 +90,7 @@ class LeRobotExporter:
         _require("the lerobot exporter")
         from episodata_lerobot._export import export_datasets
 
-        opts = (
-            options
-            if isinstance(options, LeRobotExportOptions)
-            else (LeRobotExportOptions.model_validate(options.model_dump()))
-        )
-        return export_datasets(datasets, destination, opts)
-
-
-def _import_options(options: BaseModel) -> LeRobotImportOptions:
-    if isinstance(options, LeRobotImportOptions):
-        return options
-    return LeRobotImportOptions.model_validate(options.model_dump())
+        return export_datasets(datasets, destination, coerce_options(options, LeRobotExportOptions))
 
 
 def _require(feature: str) -> None:

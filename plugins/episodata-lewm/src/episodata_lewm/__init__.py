@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.importing import require_module
 from episodata_lewm._options import EpisodeSlice, LeWMOptions
 from episodata_lewm._report import LeWMReport
@@ -59,20 +60,14 @@ class LeWMImporter:
         _require(source)
         from episodata_lewm._impl import read_schema
 
-        return read_schema(source, _options(options))
+        return read_schema(source, coerce_options(options, LeWMOptions))
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Validate ``source`` completely, then append its episodes to ``dataset``."""
         _require(source)
         from episodata_lewm._impl import import_file
 
-        return import_file(source, dataset, _options(options))
-
-
-def _options(options: BaseModel) -> LeWMOptions:
-    if isinstance(options, LeWMOptions):
-        return options
-    return LeWMOptions.model_validate(options.model_dump(by_alias=True))
+        return import_file(source, dataset, coerce_options(options, LeWMOptions))
 
 
 def _require(source: str) -> None:

@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from episodata_core.authoring import Growable, check_fields
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
-from episodata_memory._growable import Growable
 from episodata_memory._ongoing import OngoingRows
 
 if TYPE_CHECKING:
@@ -122,13 +122,13 @@ class MemoryBackend:
     def _new_index_entry(self, rows: Rows, *, row_start: int, ongoing: bool) -> int:
         self._index_changed()
         episode = len(self._length)
-        self._row_start.append_one(row_start)
-        self._length.append_one(_num_rows(rows) - 1)
-        self._terminated.append_one(False)
-        self._truncated.append_one(False)
-        self._ongoing.append_one(ongoing)
+        self._row_start.append(row_start)
+        self._length.append(_num_rows(rows) - 1)
+        self._terminated.append(False)
+        self._truncated.append(False)
+        self._ongoing.append(ongoing)
         for key, grow in self._present.items():
-            grow.append_one(key in rows)
+            grow.append(key in rows)
         return episode
 
     # -- writes ---------------------------------------------------------------------------
@@ -146,11 +146,7 @@ class MemoryBackend:
         ongoing = self._ongoing_rows.get(episode)
         if ongoing is None:
             ongoing = self._ongoing_buffers(episode)  # raises: closed, or not ongoing
-        if rows.keys() != ongoing.buffers.keys():
-            raise SchemaError(
-                f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
-                f"fields {sorted(ongoing.buffers)}"
-            )
+        check_fields(rows.keys(), ongoing.buffers.keys(), f"episode {episode}")
         ongoing.append(rows)
         self._stale_lengths[episode] = ongoing
         self._table = None  # the episode's length changed (_index_changed, inlined)
@@ -160,11 +156,7 @@ class MemoryBackend:
         ongoing = self._ongoing_rows.get(episode)
         if ongoing is None:
             ongoing = self._ongoing_buffers(episode)  # raises: closed, or not ongoing
-        if values.keys() != ongoing.buffers.keys():
-            raise SchemaError(
-                f"episode {episode}: values for {sorted(values)} do not match the "
-                f"episode's fields {sorted(ongoing.buffers)}"
-            )
+        check_fields(values.keys(), ongoing.buffers.keys(), f"episode {episode}")
         ongoing.append_values(values)
         self._stale_lengths[episode] = ongoing
         self._table = None  # the episode's length changed (_index_changed, inlined)

@@ -1,10 +1,11 @@
 """The Minari import itself: validate everything, then write the episodes one by one.
 
-Order (formats.md §0.2): the folder and ``metadata.json`` (``_source``), the structure of
-``main_data.hdf5`` (``_layout``), the flag values, a decoding pre-pass over JPEG-encoded
-images, the warnings; only then the first write.
+Order (validation before the first write): the folder and ``metadata.json`` (``_source``),
+the structure of ``main_data.hdf5`` (``_layout``), the flag values, a decoding pre-pass over
+JPEG-encoded images, the warnings; only then the first write.
 
-Minari stores each episode action-out *with* its final observation (§4): ``observations``
+Minari stores each episode action-out *with* its final observation (docs/minari.md,
+"What maps to what"): ``observations``
 and ``infos`` hold T + 1 rows, ``actions``, ``rewards`` and the flags T. Row 0 is the reset
 row, and ``actions[t]``, ``rewards[t]`` are step t + 1, the step that led to observation
 row t + 1, so every step is kept and the conversion is a split of row 0 from the rest.
@@ -27,7 +28,7 @@ from episodata_core.importing import (
     source_record,
 )
 from episodata_core.transfer import ImportReport, ImportResult
-from episodata_minari._images import decode_jpeg_rows
+from episodata_minari._images import decode_jpeg_rows, pad_jpeg_rows
 from episodata_minari._layout import inspect_file, open_file
 from episodata_minari._source import KNOWN_VERSIONS, resolve_source, version_is_known
 
@@ -156,6 +157,8 @@ def _read(
     if leaf.kind == "jpeg":
         cached = images.get((group.name.lstrip("/"), leaf.source))
         return cached if cached is not None else _decode(group, leaf, layout)
+    if leaf.kind == "jpeg_bytes":
+        return pad_jpeg_rows(group[leaf.source][()], leaf.shape[0])
     if leaf.kind == "string":
         return np.asarray(group[leaf.source].asstr()[()], dtype=leaf.dtype)
     return np.asarray(group[leaf.source][()])
@@ -168,7 +171,7 @@ def _episode(
     options: MinariOptions,
     images: dict[tuple[str, str], npt.NDArray[np.uint8]],
 ) -> dict[str, Any]:
-    """One episode in the action-in bulk form of formats.md §0.1 (views of the reads)."""
+    """One episode in the action-in bulk form of ``Dataset.add_episodes`` (views of the reads)."""
     by_role: dict[str, dict[str, npt.NDArray[Any]]] = {"observation": {}, "action": {}, "info": {}}
     for leaf in layout.leaves:
         by_role[leaf.role][leaf.key] = _read(group, leaf, layout, images)
@@ -219,6 +222,7 @@ def _result(layout: Layout, options: MinariOptions, flags: Flags, log: WarningLo
             total_steps=found.total_steps,
             jpeg_encoding=found.metadata.get("jpeg_encoding"),
             decoded_images=[leaf.source for leaf in layout.leaves if leaf.kind == "jpeg"],
+            jpeg_bytes_kept=[leaf.source for leaf in layout.leaves if leaf.kind == "jpeg_bytes"],
         ),
         "alignment": {"source_convention": "action-out", "converted_at_import": True},
         "episodes": {

@@ -1,7 +1,8 @@
-"""What ``main_data.hdf5`` holds: episodes, per-row leaves, row counts, the schema (§4).
+"""What ``main_data.hdf5`` holds: episodes, per-row leaves, row counts, the schema.
 
-Everything here reads headers, plus the string columns to size their ``<U w`` dtype.
-Every structural ``FormatError`` of formats.md §4 is raised here, before any data is
+Everything here reads headers, plus the string columns to size their ``<U w`` dtype and,
+with ``decode_images=False``, the JPEG columns to size their byte rows. Every structural
+``FormatError`` (docs/minari.md, "What is checked") is raised here, before any data is
 read: the episode count, row counts, ``total_steps``, the same leaves in every episode,
 and the stored shapes against the spaces of ``metadata.json``.
 """
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from episodata_core.errors import FormatError, SchemaError
-from episodata_core.importing import require_module
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_minari._images import image_paths, jpeg_lengths, jpeg_shape, require_pillow
+from episodata_minari._source import described
 
 if TYPE_CHECKING:
     from episodata_minari._options import MinariOptions
@@ -35,7 +37,7 @@ SHOWN = 5
 _INDEX = re.compile(r"_index_(\d+)")
 _EPISODE = re.compile(r"episode_(\d+)")
 
-LeafKind = Literal["array", "string", "jpeg"]
+LeafKind = Literal["array", "string", "jpeg", "jpeg_bytes"]
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,13 @@ class Leaf:
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     kind: LeafKind = "array"
-    """``string``: vlen strings read as ``<U w``; ``jpeg``: JPEG bytes decoded to ``shape``."""
+    """``string``: vlen strings read as ``<U w``; ``jpeg``: JPEG bytes decoded to ``shape``;
+    ``jpeg_bytes``: JPEG bytes kept, zero-padded to ``shape`` = ``(L,)``."""
     stored_shape: tuple[int, ...] = ()
+    layout: str | None = None
+    low: float | list[Any] | None = None
+    high: float | list[Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ def inspect_file(handle: Any, source: MinariSource, options: MinariOptions) -> L
         )
     if not names:
         raise FormatError(f"{where}: main_data.hdf5 holds no episodes")
-    images = _image_paths(source)
+    images = image_paths(source)
     entries: list[EpisodeEntry] = []
     reference: dict[str, tuple[str, tuple[int, ...], str]] = {}
     problems: list[str] = []
@@ -158,8 +165,13 @@ def inspect_file(handle: Any, source: MinariSource, options: MinariOptions) -> L
             )
     leaves = _leaves(first, source, options, reference)
     widths = _string_widths(handle, entries, leaves)
+    lengths = jpeg_lengths(handle, entries, leaves, where)
     leaves = [
-        replace(leaf, dtype=np.dtype(f"<U{widths[leaf.source]}")) if leaf.kind == "string" else leaf
+        replace(leaf, dtype=np.dtype(f"<U{widths[leaf.source]}"))
+        if leaf.kind == "string"
+        else replace(leaf, shape=(lengths[leaf.source],))
+        if leaf.kind == "jpeg_bytes"
+        else leaf
         for leaf in leaves
     ]
     layout = Layout(source, entries, leaves, first["rewards"].dtype, warnings)
@@ -270,15 +282,6 @@ def _child_order(name: str) -> tuple[int, int, str]:
     return (0, int(match.group(1)), "") if match else (1, 0, name)
 
 
-def _image_paths(source: MinariSource) -> set[str]:
-    """Observation leaves whose space is a uint8 image Box: they may hold JPEG bytes."""
-    return {
-        f"observations/{path}" if path else "observations"
-        for path, leaf in (source.observation_space or {}).items()
-        if leaf.kind == "Box" and leaf.dtype == "uint8" and len(leaf.shape or ()) in (2, 3)
-    }
-
-
 def _signature(dataset: Any, image: bool = False) -> tuple[str, tuple[int, ...], str]:
     """``(kind, per-row shape, dtype)`` of a stored leaf; kinds as in :class:`Leaf`.
 
@@ -368,12 +371,21 @@ def _leaves(
             leaf_space = space.get(relative) if space is not None else None
             if kind == "string":
                 leaves.append(Leaf(role, path, key, row, dtype, "string", row))
-            elif (image := _jpeg_shape(leaf_space, kind, row, dtype_text, role)) is not None:
-                _allow_jpeg(where, path, dtype_text, image, options)
-                leaves.append(Leaf(role, path, key, image, np.dtype(np.uint8), "jpeg", row))
+            elif (image := jpeg_shape(leaf_space, kind, row, dtype_text, role)) is not None:
+                uint8 = np.dtype(np.uint8)
+                if options.decode_images:
+                    require_pillow(where, path, dtype_text, image)
+                    bounds = described(leaf_space, image)
+                    leaves.append(Leaf(role, path, key, image, uint8, "jpeg", row, **bounds))
+                else:  # the length L is the longest image's, found by jpeg_lengths
+                    kept = {"encoding": "jpeg", "image_shape": list(image)}
+                    leaves.append(
+                        Leaf(role, path, key, (0,), uint8, "jpeg_bytes", row, metadata=kept)
+                    )
             elif kind == "array":
                 _check_leaf(where, path, row, leaf_space)
-                leaves.append(Leaf(role, path, key, row, dtype, "array", row))
+                bounds = described(leaf_space, row)
+                leaves.append(Leaf(role, path, key, row, dtype, "array", row, **bounds))
             else:
                 raise FormatError(
                     f"{where}: {path} has dtype {dtype_text}, which a field cannot store"
@@ -400,46 +412,6 @@ def _check_paths(
     )
 
 
-def _jpeg_shape(
-    space: SpaceLeaf | None, kind: str, row: tuple[int, ...], dtype_text: str, role: str
-) -> tuple[int, ...] | None:
-    """The image shape of a leaf holding JPEG bytes (§4 Images), else ``None``.
-
-    A uint8 image Box (2 or 3 dims) stored with another per-row shape holds JPEG bytes.
-    """
-    if role != "observation" or space is None or space.kind != "Box" or space.shape is None:
-        return None
-    if space.dtype != "uint8" or len(space.shape) not in (2, 3):
-        return None
-    if kind == "vlen":
-        encoded = dtype_text == "vlen uint8" and row == ()
-    else:
-        # 2-D storage: each row holds the bytes of one image, zero-padded to a common length
-        encoded = kind == "array" and dtype_text == "uint8" and len(row) == 1
-    return space.shape if encoded else None
-
-
-def _allow_jpeg(
-    where: str,
-    path: str,
-    dtype_text: str,
-    image: tuple[int, ...],
-    options: MinariOptions,
-) -> None:
-    if not options.decode_images:
-        raise FormatError(
-            f"{where}: {path} holds JPEG-encoded images (stored per step as {dtype_text} "
-            f"bytes, observation_space Box{list(image)} uint8), as minari "
-            ">= 0.5.3 writes them. Pass decode_images=True to decode them with Pillow (lossy)"
-        )
-    require_module(
-        "PIL.Image",
-        feature=f"{where}: {path}: decode_images=True decodes the JPEG-encoded images",
-        install="pip install Pillow",
-        distribution="Pillow",
-    )
-
-
 def _check_leaf(where: str, path: str, row: tuple[int, ...], space: SpaceLeaf | None) -> None:
     if space is None or space.shape is None or row == space.shape:
         return
@@ -463,20 +435,25 @@ def _string_widths(handle: Any, entries: list[EpisodeEntry], leaves: list[Leaf])
     return widths
 
 
+def _spec(leaf: Leaf) -> FieldSpec:
+    return FieldSpec(
+        leaf.key,
+        shape=leaf.shape,
+        dtype=leaf.dtype,
+        role=leaf.role,
+        layout=leaf.layout,
+        low=leaf.low,
+        high=leaf.high,
+        metadata=leaf.metadata,
+    )
+
+
 def _build_schema(layout: Layout, options: MinariOptions) -> None:
-    specs = [
-        FieldSpec(leaf.key, shape=leaf.shape, dtype=leaf.dtype, role=leaf.role)
-        for leaf in layout.leaves
-        if leaf.role != "info"
-    ]
+    specs = [_spec(leaf) for leaf in layout.leaves if leaf.role != "info"]
     specs.append(
         FieldSpec(options.field_names.reward, shape=(), dtype=layout.reward_dtype, role="reward")
     )
-    specs += [
-        FieldSpec(leaf.key, shape=leaf.shape, dtype=leaf.dtype, role="info")
-        for leaf in layout.leaves
-        if leaf.role == "info"
-    ]
+    specs += [_spec(leaf) for leaf in layout.leaves if leaf.role == "info"]
     sources = {f"{leaf.role}/{leaf.key}": leaf.source for leaf in layout.leaves}
     sources[f"reward/{options.field_names.reward}"] = "rewards"
     try:

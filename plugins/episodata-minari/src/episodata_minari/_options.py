@@ -1,4 +1,4 @@
-"""Options of the Minari importer (formats.md §4)."""
+"""Options of the Minari importer (docs/minari.md, "Options")."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class FieldNames(BaseModel):
 
 
 class MinariOptions(BaseModel):
-    """How to read a Minari dataset folder (formats.md §4)."""
+    """How to read a Minari dataset (docs/minari.md, "Options")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -31,10 +31,12 @@ class MinariOptions(BaseModel):
         description="Import all infos/* (True), none (False), or these names (without 'infos/').",
     )
     decode_images: bool = Field(
-        default=False,
+        default=True,
         description=(
-            "Decode JPEG-encoded image observations (minari >= 0.5.3) with Pillow; lossy. "
-            "Without it a JPEG-encoded field is a FormatError."
+            "Decode JPEG-encoded image observations (minari >= 0.5.3) with Pillow into "
+            "uint8 [H, W, C] fields. False keeps each image's JPEG bytes instead: a uint8 [L] "
+            "field zero-padded to the longest image, with metadata encoding='jpeg' and "
+            "image_shape."
         ),
     )
     field_names: FieldNames = Field(

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from episodata_core.authoring import Growable, check_rows, coerce_options
 from episodata_core.errors import DatasetStateError, FieldNotFoundError, SchemaError
 from episodata_core.location import fsync_directory, write_atomic
 from episodata_core.protocols import EpisodeRows
 from episodata_npz._agreement import check_logged_length
 from episodata_npz._archive import EpisodeArchive, EpisodeMeta, encode_episode
-from episodata_npz._buffers import DecodedCache, Growable
+from episodata_npz._buffers import DecodedCache
 from episodata_npz._index import Index, Ongoing
 from episodata_npz._layout import EPISODES, LOG_NAME, ONGOING, CommitLog, LogEntry, file_name
 from episodata_npz._scan import Scanner
@@ -32,11 +33,12 @@ from episodata_npz._spills import write_spill
 from episodata_npz._verify import verify_folder
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Self
 
     import numpy.typing as npt
 
+    from episodata_core.generations import OlderDataset
     from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
 
@@ -77,6 +79,20 @@ class NpzDirectoryBackend:
     name: ClassVar[str] = "npz_directory"
     description: ClassVar[str] = "one compressed .npz archive per episode; numpy.load reads them"
     Options: ClassVar[type[BaseModel]] = NpzDirectoryOptions
+    older_generations: ClassVar[tuple[str, ...]] = ("0.2",)
+
+    @classmethod
+    def open_generation(
+        cls, location: str, generation: str, document: Mapping[str, Any]
+    ) -> OlderDataset:
+        """Open a dataset written by episodata 0.2.0 read-only (:mod:`episodata_npz._gen02`)."""
+        from episodata_npz._gen02 import open_02
+
+        if generation != "0.2":
+            raise SchemaError(
+                f"{location!r}: the npz_directory backend reads generation 0.2, not {generation}"
+            )
+        return open_02(location, document)
 
     def __init__(
         self, root: Path, schema: DatasetSchema, options: NpzDirectoryOptions, *, writable: bool
@@ -119,7 +135,7 @@ class NpzDirectoryBackend:
             (root / folder).mkdir(parents=True)
         write_atomic(root / LOG_NAME, b"")
         fsync_directory(root)
-        return cls(root, schema, _options(options), writable=True)
+        return cls(root, schema, coerce_options(options, NpzDirectoryOptions), writable=True)
 
     @classmethod
     def open(cls, location: str, options: BaseModel, *, writable: bool) -> Self:
@@ -138,7 +154,9 @@ class NpzDirectoryBackend:
                 f"{location!r} has no {EPISODES}/ folder: it is not an npz_directory dataset "
                 "or the folder was damaged"
             )
-        backend = cls(root, manifest.schema, _options(options), writable=writable)
+        backend = cls(
+            root, manifest.schema, coerce_options(options, NpzDirectoryOptions), writable=writable
+        )
         # before any repair or read: an edited manifest or log must not size anything
         backend._scanner.check_schema()
         if writable:
@@ -207,12 +225,8 @@ class NpzDirectoryBackend:
     def start_episode(self, rows: Rows) -> int:
         """Begin an ongoing episode in memory; nothing is written until a flush or commit."""
         self._check_writable()
-        num_rows = self._check_rows(rows, "a new episode")
-        buffers = {}
-        for key, block in rows.items():
-            grow = Growable.empty(block.shape[1:], block.dtype, max(16, num_rows))
-            grow.extend(block)
-            buffers[key] = grow
+        num_rows = check_rows(rows, self._specs, "a new episode")
+        buffers = {key: Growable.copy_of(block, max(16, num_rows)) for key, block in rows.items()}
         episode = len(self._index)
         self._index_ongoing(episode, num_rows - 1, rows)
         self._ongoing[episode] = Ongoing(buffers, num_rows)
@@ -226,7 +240,7 @@ class NpzDirectoryBackend:
                 f"episode {episode}: rows for {sorted(rows)} do not match the episode's "
                 f"fields {sorted(state.buffers)}"
             )
-        count = self._check_rows(rows, f"episode {episode}")
+        count = check_rows(rows, self._specs, f"episode {episode}")
         for key, block in rows.items():
             state.buffers[key].extend(block)
         state.num_rows += count
@@ -263,7 +277,9 @@ class NpzDirectoryBackend:
         """
         self._check_writable()
         first = len(self._index)
-        counts = [self._check_rows(e.rows, f"episode {first + k}") for k, e in enumerate(episodes)]
+        counts = [
+            check_rows(e.rows, self._specs, f"episode {first + k}") for k, e in enumerate(episodes)
+        ]
         ids = list(range(first, first + len(episodes)))
         self._commit(
             [(i, e.rows, e.terminated, e.truncated) for i, e in zip(ids, episodes, strict=True)]
@@ -324,19 +340,6 @@ class NpzDirectoryBackend:
         return encode_episode(
             ordered, meta, compress=self._options.compress, level=self._options.compress_level
         )
-
-    def _check_rows(self, rows: Rows, where: str) -> int:
-        unknown = rows.keys() - self._specs.keys()
-        missing = self._required - rows.keys()
-        if unknown or missing:
-            raise SchemaError(
-                f"{where}: rows have unknown fields {sorted(unknown)} and lack required "
-                f"fields {sorted(missing)}"
-            )
-        counts = {len(block) for block in rows.values()}
-        if len(counts) != 1:
-            raise SchemaError(f"{where}: fields have different row counts {sorted(counts)}")
-        return counts.pop()
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -506,12 +509,6 @@ class NpzDirectoryBackend:
             if lost is not None:
                 raise DatasetStateError(f"{lost}. It cannot be resumed or finalized") from None
             raise DatasetStateError(f"episode {episode} is not ongoing") from None
-
-
-def _options(options: BaseModel) -> NpzDirectoryOptions:
-    if isinstance(options, NpzDirectoryOptions):
-        return options
-    return NpzDirectoryOptions.model_validate(options.model_dump())
 
 
 def _num_rows(rows: Rows) -> int:

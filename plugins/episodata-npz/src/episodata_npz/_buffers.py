@@ -1,65 +1,12 @@
-"""In-memory helpers: growable rows for ongoing episodes and an LRU of decoded fields."""
+"""An LRU of decoded fields (growable rows are :class:`episodata_core.authoring.Growable`)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-
-
-class Growable:
-    """Rows of one shape and dtype with spare capacity at the end; capacity doubles.
-
-    Appending is amortized O(1) per row and reading the filled rows is a slice, so an
-    ongoing episode that is read between steps is never concatenated again.
-    """
-
-    __slots__ = ("data", "size")
-
-    def __init__(self, data: npt.NDArray[Any], size: int) -> None:
-        self.data = data
-        self.size = size
-
-    @classmethod
-    def empty(cls, shape: tuple[int, ...], dtype: np.dtype[Any], capacity: int) -> Growable:
-        """An empty buffer with room for ``capacity`` rows of ``shape``."""
-        return cls(np.empty((max(capacity, 1), *shape), dtype=dtype), 0)
-
-    @classmethod
-    def wrap(cls, rows: npt.NDArray[Any]) -> Growable:
-        """A full buffer around ``rows`` (no copy until the first append)."""
-        return cls(rows, len(rows))
-
-    def __len__(self) -> int:
-        return self.size
-
-    def view(self) -> npt.NDArray[Any]:
-        """The filled rows (a view; stale after the next growth)."""
-        return self.data[: self.size]
-
-    def _reserve(self, extra: int) -> int:
-        start = self.size
-        needed = start + extra
-        if needed > len(self.data) or not self.data.flags.writeable:
-            grown = np.empty(
-                (max(needed, 2 * len(self.data), 1), *self.data.shape[1:]), self.data.dtype
-            )
-            grown[:start] = self.data[:start]
-            self.data = grown
-        self.size = needed
-        return start
-
-    def extend(self, block: npt.NDArray[Any]) -> None:
-        """Append ``block`` (``[n, *shape]``)."""
-        start = self._reserve(len(block))
-        self.data[start : self.size] = block
-
-    def append_one(self, value: Any) -> None:
-        """Append a single row."""
-        start = self._reserve(1)
-        self.data[start] = value
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 
 class DecodedCache:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from episodata_core.authoring import Growable
 from episodata_core.protocols import EpisodeTable
-from episodata_npz._buffers import Growable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -30,11 +30,11 @@ class Index:
     """Per-episode columns that ``episode_table()`` returns views of."""
 
     def __init__(self, optional: Iterable[str]) -> None:
-        self.length = Growable.empty((), np.dtype(np.int64), 64)
-        self.terminated = Growable.empty((), np.dtype(np.bool_), 64)
-        self.truncated = Growable.empty((), np.dtype(np.bool_), 64)
-        self.ongoing = Growable.empty((), np.dtype(np.bool_), 64)
-        self.present = {key: Growable.empty((), np.dtype(np.bool_), 64) for key in optional}
+        self.length = Growable((), np.dtype(np.int64), 64)
+        self.terminated = Growable((), np.dtype(np.bool_), 64)
+        self.truncated = Growable((), np.dtype(np.bool_), 64)
+        self.ongoing = Growable((), np.dtype(np.bool_), 64)
+        self.present = {key: Growable((), np.dtype(np.bool_), 64) for key in optional}
 
     def __len__(self) -> int:
         return len(self.length)
@@ -62,7 +62,7 @@ class Index:
         append = episode == len(self)
         for column, value in values:
             if append:
-                column.append_one(value)
+                column.append(value)
             else:
                 column.data[episode] = value
 

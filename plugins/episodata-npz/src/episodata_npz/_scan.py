@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from episodata_core.authoring import Growable
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.location import fsync_directory
 from episodata_npz._agreement import check_archive
 from episodata_npz._archive import EpisodeArchive, EpisodeMeta, checked_meta
-from episodata_npz._buffers import Growable
 from episodata_npz._index import Ongoing
 from episodata_npz._layout import (
     EPISODES,

@@ -1,12 +1,18 @@
-"""What a report shows, read from a dataset: counts, lengths, returns, frames, statistics."""
+"""What a report shows, read from a dataset.
+
+Counts, lengths, returns and reward by step, frames, statistics, per-dimension samples,
+data checks and provenance.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from episodata_report._checks import Finding, check_fields
 from episodata_report._png import image_axes, tile, to_rgb
 
 if TYPE_CHECKING:
@@ -17,9 +23,13 @@ if TYPE_CHECKING:
     from episodata_core.schema import FieldSpec
     from episodata_core.stats import FieldStats
 
-__all__ = ["FrameRow", "ReportData", "collect"]
+__all__ = ["FrameRow", "ReportData", "RewardCurve", "collect"]
 
 FRAMES_PER_EPISODE = 8
+SAMPLE_TRANSITIONS = 20_000
+"""Transitions drawn uniformly (seed 0) for the per-dimension distributions."""
+MAX_DIMENSIONS = 64
+"""Fields with more elements than this (images, large vectors) get no per-dimension plot."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,19 @@ class FrameRow:
     length: int
     steps: tuple[int, ...]
     strip: npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class RewardCurve:
+    """Reward by step index across finalized episodes: ``[S]`` each."""
+
+    mean: npt.NDArray[np.float64]
+    low: npt.NDArray[np.float64]
+    """The smallest reward at each step index."""
+    high: npt.NDArray[np.float64]
+    """The largest reward at each step index."""
+    episodes: npt.NDArray[np.int64]
+    """How many episodes reach each step index."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +74,12 @@ class ReportData:
     stats: dict[str, FieldStats]
     frames: list[FrameRow] = field(default_factory=list)
     skipped_frames: list[str] = field(default_factory=list)
+    reward_curves: dict[str, RewardCurve] = field(default_factory=dict)
+    samples: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+    """Per small numeric field: ``[N, D]`` values of uniformly sampled transitions."""
+    findings: list[Finding] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """The manifest's provenance and the import and pipeline records of its metadata."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -67,23 +96,80 @@ def _status(table: EpisodeTable) -> npt.NDArray[np.str_]:
     return status
 
 
-def _returns(dataset: Dataset, table: EpisodeTable) -> dict[str, npt.NDArray[np.float64]]:
-    keys = [
+def _scalar_rewards(dataset: Dataset) -> list[str]:
+    return [
         spec.qualified_key
         for spec in dataset.schema.by_role("reward")
         if int(np.prod(spec.shape)) == 1 and spec.np_dtype.kind in "biuf"
     ]
+
+
+def _returns(
+    dataset: Dataset, table: EpisodeTable
+) -> tuple[dict[str, npt.NDArray[np.float64]], dict[str, RewardCurve]]:
+    """Each finalized episode's return, and reward by step index, per scalar reward field."""
+    keys = _scalar_rewards(dataset)
     finished = np.flatnonzero(~table.ongoing)
     returns = {key: np.zeros(len(finished), dtype=np.float64) for key in keys}
-    if not keys:
-        return returns
+    if not keys or not finished.size:
+        return returns, {}
+    steps = int(table.length[finished].max())
+    sums = {key: np.zeros(steps) for key in keys}
+    lows = {key: np.full(steps, np.inf) for key in keys}
+    highs = {key: np.full(steps, -np.inf) for key in keys}
+    reach = np.zeros(steps, dtype=np.int64)
     for position, episode in enumerate(finished):
         length = int(table.length[episode])
+        reach[:length] += 1
         # reward rows are 1..T: row 0 is the hidden zero of the reset row
         rows = dataset.backend.read_rows(int(episode), 1, length + 1, keys)
         for key in keys:
-            returns[key][position] = float(rows[key].astype(np.float64).sum())
-    return returns
+            values = rows[key].astype(np.float64).reshape(length)
+            returns[key][position] = float(values.sum())
+            sums[key][:length] += values
+            np.minimum(lows[key][:length], values, out=lows[key][:length])
+            np.maximum(highs[key][:length], values, out=highs[key][:length])
+    curves = {
+        key: RewardCurve(sums[key] / np.maximum(reach, 1), lows[key], highs[key], reach)
+        for key in keys
+    }
+    return returns, curves
+
+
+def _samples(dataset: Dataset) -> dict[str, npt.NDArray[np.float64]]:
+    """Uniformly sampled values ``[N, D]`` of every small numeric field (no images)."""
+    keys = [
+        spec.qualified_key
+        for spec in dataset.schema
+        if spec.layout is None
+        and spec.np_dtype.kind in "biuf"
+        and 1 <= math.prod(spec.shape) <= MAX_DIMENSIONS
+    ]
+    steps = dataset.num_steps
+    if not keys or not steps:
+        return {}
+    transitions = dataset.sample_transitions(min(SAMPLE_TRANSITIONS, steps), fields=keys, seed=0)
+    samples = {}
+    for key, buffer in transitions.buffers.items():
+        # a transition's buffer holds its two rows: the observation (and info) where the
+        # action was taken is row 0, the action and reward of that step are row 1
+        row = 0 if dataset.schema[key].role in ("observation", "info") else 1
+        values = np.asarray(buffer)[:, row]
+        samples[key] = values.reshape(len(values), -1).astype(np.float64)
+    return samples
+
+
+def _provenance(dataset: Dataset) -> dict[str, Any]:
+    manifest = dataset.manifest
+    record: dict[str, Any] = {
+        "created_at": manifest.provenance.created_at,
+        "episodata_version": manifest.provenance.episodata_version,
+        "plugins": [plugin.model_dump(mode="json") for plugin in manifest.provenance.plugins],
+    }
+    for name in ("imports", "pipeline"):
+        if name in manifest.metadata:
+            record[name] = manifest.metadata[name]
+    return record
 
 
 def _frame_rows(
@@ -127,6 +213,8 @@ def collect(dataset: Dataset, *, episodes_for_frames: int) -> ReportData:
             skipped.append(f"{spec.qualified_key} (layout {spec.layout!r} is not CHW, HWC or HW)")
             continue
         frames += _frame_rows(dataset, table, spec, episodes_for_frames)
+    returns, curves = _returns(dataset, table)
+    stats = dataset.stats()
     return ReportData(
         location=dataset.location,
         backend=manifest.backend,
@@ -135,8 +223,12 @@ def collect(dataset: Dataset, *, episodes_for_frames: int) -> ReportData:
         episodata_version=manifest.provenance.episodata_version,
         lengths=table.length.astype(np.int64),
         status=_status(table),
-        returns=_returns(dataset, table),
-        stats=dataset.stats(),
+        returns=returns,
+        stats=stats,
         frames=frames,
         skipped_frames=skipped,
+        reward_curves=curves,
+        samples=_samples(dataset),
+        findings=check_fields(dataset, table, stats),
+        provenance=_provenance(dataset),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -19,17 +20,22 @@ if TYPE_CHECKING:
 
     from episodata_core.schema import DatasetSchema
     from episodata_core.stats import FieldStats
+    from episodata_report._checks import Finding
     from episodata_report._collect import FrameRow, ReportData
 
 __all__ = ["SECTIONS", "Image", "page"]
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("summary", "Summary"),
+    ("data-checks", "Data checks"),
     ("episode-lengths", "Episode lengths"),
     ("returns", "Returns"),
+    ("rewards", "Reward by step"),
+    ("distributions", "Distributions per dimension"),
     ("field-stats", "Field statistics"),
     ("frames", "Frames"),
     ("schema", "Schema"),
+    ("provenance", "Provenance"),
 )
 """``(id, title)`` of every section, in page order; the ids are stable."""
 
@@ -51,6 +57,8 @@ th { background: #eaf2f8; }
 table.kv td:first-child { background: #eaf2f8; font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .hint { background: #fef9e7; border-left: 4px solid #f1c40f; padding: 6px 10px; }
+.ok { background: #eafaf1; border-left: 4px solid #27ae60; padding: 6px 10px; }
+pre { font-size: 12px; max-height: 360px; overflow: auto; background: #f4f6f6; padding: 8px; }
 .counts span { display: inline-block; margin-right: 18px; font-size: 18px; }
 .counts b { font-size: 26px; }
 figure { margin: 8px 0 14px; }
@@ -62,18 +70,17 @@ footer { padding: 0 32px 24px; color: #808b96; font-size: 13px; }
 
 
 class Image:
-    """A PNG shown inline (data URI) and also written next to the page as ``path``."""
+    """A PNG shown inline as a data URI: the page is one file that can be mailed or moved."""
 
-    __slots__ = ("alt", "data", "path")
+    __slots__ = ("alt", "data")
 
-    def __init__(self, path: str, data: bytes, alt: str) -> None:
-        self.path, self.data, self.alt = path, data, alt
+    def __init__(self, data: bytes, alt: str) -> None:
+        self.data, self.alt = data, alt
 
     def tag(self, css_class: str) -> str:
         encoded = base64.b64encode(self.data).decode("ascii")
         return (
-            f'<img class="{css_class}" src="data:image/png;base64,{encoded}" '
-            f'alt="{_e(self.alt)}" data-file="{_e(self.path)}">'
+            f'<img class="{css_class}" src="data:image/png;base64,{encoded}" alt="{_e(self.alt)}">'
         )
 
 
@@ -168,6 +175,10 @@ def _summary(data: ReportData) -> str:
 
 def _lengths(data: ReportData, plot: Image | None, plots: bool) -> str:
     body = _spread(data.lengths)
+    if data.lengths.size and data.lengths.min() == data.lengths.max():
+        n = data.lengths.size
+        every = "The episode has" if n == 1 else f"All {n} episodes have"
+        return f"<p>{every} {_num(data.lengths[0])} transitions.</p>"
     if plot is not None:
         return body + plot.tag("plot")
     if not plots:
@@ -189,6 +200,8 @@ def _returns(data: ReportData, plot: Image | None, plots: bool) -> str:
             else ""
         )
         parts.append(f"<h3>{_e(key)}</h3>{_spread(finite)}")
+        if finite.size and finite.min() == finite.max():
+            continue  # one value: the spread above says it all
         if plot is None and finite.size:
             parts.append(_histogram_table(finite, integer=False, what="return") + note)
         elif note:
@@ -305,6 +318,90 @@ def _schema(schema: DatasetSchema) -> str:
     return _table(header, rows)
 
 
+_FINDING_NAMES = {
+    "nan": "NaN",
+    "inf": "infinite",
+    "below-low": "below bound",
+    "above-high": "above bound",
+    "constant": "constant",
+}
+
+
+def _checks(findings: list[Finding], fields: int) -> str:
+    intro = (
+        "<p>Every numeric field is checked for NaN and infinite values, values outside the "
+        "schema's bounds and elements that never change (from the statistics of every "
+        "value; fields with infinities or bound violations are read again to count them).</p>"
+    )
+    if not findings:
+        return intro + f'<p class="ok">No findings in {fields} numeric fields.</p>'
+    rows = [
+        (
+            f"<code>{_e(item.field)}</code>",
+            _e(_FINDING_NAMES.get(item.kind, item.kind)),
+            _e(item.detail),
+            _num(item.count),
+            f"{100 * item.count / max(item.of, 1):.3g} %",
+        )
+        for item in findings
+    ]
+    table = _table(("field", "check", "what", "count", "share"), rows, numeric=2)
+    return intro + f'<p class="hint">{len(findings)} findings.</p>' + table
+
+
+def _rewards(data: ReportData, plots: dict[str, Image], have_plots: bool) -> str:
+    if not data.reward_curves:
+        return "<p>No finalized episode with a scalar reward field.</p>"
+    intro = (
+        "<p>Reward at each step index, over the finalized episodes that reach it: the mean, "
+        "the band from the smallest to the largest, and (dashed) how many episodes are "
+        "that long.</p>"
+    )
+    if not have_plots:
+        return intro + _no_plots()
+    return intro + "".join(plots[key].tag("plot") for key in data.reward_curves if key in plots)
+
+
+def _distributions(data: ReportData, plots: dict[str, Image], have_plots: bool) -> str:
+    if not data.samples:
+        return "<p>No numeric field small enough to plot per dimension (or no transitions).</p>"
+    count = len(next(iter(data.samples.values())))
+    intro = (
+        f"<p>{count} transitions drawn uniformly (seed 0); observations where each action "
+        "was taken, and the actions and rewards of those steps. Dotted red lines are the "
+        "schema's bounds.</p>"
+    )
+    if not have_plots:
+        return intro + _no_plots()
+    return intro + "".join(plots[key].tag("plot") for key in data.samples if key in plots)
+
+
+def _provenance(record: dict[str, Any]) -> str:
+    rows = [
+        ("written by", f"episodata-core {_e(record.get('episodata_version'))}"),
+        ("created", _e(record.get("created_at"))),
+        (
+            "plugins",
+            _e(", ".join(f"{p['distribution']} {p['version']}" for p in record["plugins"])),
+        ),
+    ]
+    for number, item in enumerate(record.get("imports", [])):
+        source = item.get("source", {}) if isinstance(item, dict) else {}
+        what = f"{item.get('format', '?')} importer, file {source.get('file', '?')}"
+        if source.get("bytes") is not None:
+            what += f" ({_num(source['bytes'])} bytes)"
+        rows.append((f"import {number + 1}", _e(what)))
+    pipeline = record.get("pipeline")
+    if isinstance(pipeline, dict):
+        digest = str(pipeline.get("config_sha256", ""))[:12]
+        rows.append(("pipeline", _e(f"config sha256 {digest}")))
+    text = json.dumps(record, indent=1, default=str)
+    if len(text) > 20_000:
+        text = text[:20_000] + "\n... (truncated; the full record is in manifest.json)"
+    raw = f"<details><summary>the full record</summary><pre>{_e(text)}</pre></details>"
+    return _table(("", ""), rows) + raw
+
+
 def page(
     data: ReportData,
     schema: DatasetSchema,
@@ -313,6 +410,8 @@ def page(
     plots: bool,
     lengths_plot: Image | None,
     returns_plot: Image | None,
+    reward_plots: dict[str, Image],
+    dimension_plots: dict[str, Image],
     frame_images: dict[tuple[str, int], Image],
     stats_coverage: str,
 ) -> str:
@@ -320,11 +419,15 @@ def page(
     nav = "".join(f'<a href="#{sid}">{_e(name)}</a>' for sid, name in SECTIONS)
     sections = [
         _section("summary", _summary(data)),
+        _section("data-checks", _checks(data.findings, len(data.stats))),
         _section("episode-lengths", _lengths(data, lengths_plot, plots)),
         _section("returns", _returns(data, returns_plot, plots)),
+        _section("rewards", _rewards(data, reward_plots, plots)),
+        _section("distributions", _distributions(data, dimension_plots, plots)),
         _section("field-stats", _field_stats(schema, data.stats, stats_coverage)),
         _section("frames", _frames(data.frames, frame_images, data.skipped_frames)),
         _section("schema", _schema(schema)),
+        _section("provenance", _provenance(data.provenance)),
     ]
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     return (

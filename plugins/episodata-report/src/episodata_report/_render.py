@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from episodata_core.stats import METADATA_KEY
 from episodata_report._collect import collect
 from episodata_report._html import Image, page
-from episodata_report._plots import have_matplotlib, length_histogram, return_histogram
+from episodata_report._plots import (
+    dimension_plot,
+    have_matplotlib,
+    length_histogram,
+    return_histogram,
+    reward_curve_plot,
+)
 from episodata_report._png import encode_png
 
 if TYPE_CHECKING:
     import os
 
+    import numpy.typing as npt
+
     from episodata_core.dataset import Dataset
 
 __all__ = ["render_report"]
-
-
-def _slug(key: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key.replace("/", "-"))
 
 
 def _coverage(dataset: Dataset) -> str:
@@ -48,12 +51,15 @@ def render_report(
     """Write a self-contained HTML report of ``dataset`` and return its path.
 
     The page has a summary (backend, episode and step counts, terminated, truncated and
-    ongoing episodes), an episode length histogram, the distribution of returns, a table
-    of per-field statistics (from :meth:`Dataset.stats`), a strip of frames from every
-    image field (fields with a ``layout``) for the first ``episodes_for_frames``
-    episodes, and the schema. Images are embedded as data URIs and also written as PNG
-    files to ``<name>_files/`` next to the page. Without matplotlib the histograms
-    become tables and the page says how to install it. A writable dataset keeps the
+    ongoing episodes), data checks (NaN and infinite values, values outside the schema's
+    bounds, constant elements), an episode length histogram, the distribution of
+    returns, reward by step index, per-dimension distributions of every small numeric
+    field (from uniformly sampled transitions), a table of per-field statistics (from
+    :meth:`Dataset.stats`), a strip of frames from every image field (fields with a
+    ``layout``) for the first ``episodes_for_frames`` episodes, the schema, and the
+    provenance (episodata version, plugins, imports, pipeline). Images are embedded as
+    data URIs, so the page is one self-contained file. Without matplotlib the
+    histograms become tables and the page says how to install it. A writable dataset keeps the
     statistics in its manifest, as :meth:`Dataset.stats` does; a read-only one is not
     changed.
 
@@ -66,27 +72,37 @@ def render_report(
         raise ValueError(f"episodes_for_frames must be 0 or more, got {episodes_for_frames}")
     output = Path(output_html)
     output.parent.mkdir(parents=True, exist_ok=True)
-    folder_name = f"{output.stem}_files"
     data = collect(dataset, episodes_for_frames=episodes_for_frames)
     plots = have_matplotlib()
-
-    def image(name: str, png: bytes, alt: str) -> Image:
-        return Image(f"{folder_name}/{name}", png, alt)
-
+    distinct_lengths = data.lengths.size and data.lengths.min() != data.lengths.max()
     lengths_plot = returns_plot = None
-    if plots and data.lengths.size:
-        lengths_plot = image(
-            "episode-lengths.png",
-            length_histogram(data.lengths, data.status),
-            "histogram of episode lengths",
+    if plots and distinct_lengths:
+        lengths_plot = Image(
+            length_histogram(data.lengths, data.status), "histogram of episode lengths"
         )
-    if plots and any(np.isfinite(values).any() for values in data.returns.values()):
-        returns_plot = image("returns.png", return_histogram(data.returns), "histogram of returns")
+    if plots and any(_spread_out(values) for values in data.returns.values()):
+        returns_plot = Image(return_histogram(data.returns), "histogram of returns")
+    reward_plots = {}
+    dimension_plots = {}
+    if plots:
+        reward_plots = {
+            key: Image(
+                reward_curve_plot(key, curve.mean, curve.low, curve.high, curve.episodes),
+                f"reward by step index of {key}",
+            )
+            for key, curve in data.reward_curves.items()
+        }
+        for key, values in data.samples.items():
+            spec = dataset.schema[key]
+            dimension_plots[key] = Image(
+                dimension_plot(
+                    key, values, _flat_bound(spec.low, values), _flat_bound(spec.high, values)
+                ),
+                f"distribution per dimension of {key}",
+            )
     frame_images = {
-        (row.field, row.episode): image(
-            f"frames-{_slug(row.field)}-episode{row.episode}.png",
-            encode_png(row.strip),
-            f"frames of {row.field}, episode {row.episode}",
+        (row.field, row.episode): Image(
+            encode_png(row.strip), f"frames of {row.field}, episode {row.episode}"
         )
         for row in data.frames
     }
@@ -99,14 +115,21 @@ def render_report(
         plots=plots,
         lengths_plot=lengths_plot,
         returns_plot=returns_plot,
+        reward_plots=reward_plots,
+        dimension_plots=dimension_plots,
         frame_images=frame_images,
         stats_coverage=_coverage(dataset),
     )
-    images = [i for i in (lengths_plot, returns_plot, *frame_images.values()) if i is not None]
-    if images:
-        folder = output.parent / folder_name
-        folder.mkdir(exist_ok=True)
-        for item in images:
-            (output.parent / item.path).write_bytes(item.data)
     output.write_text(text, encoding="utf-8")
     return output
+
+
+def _spread_out(values: npt.NDArray[np.float64]) -> bool:
+    finite = values[np.isfinite(values)]
+    return bool(finite.size) and bool(finite.min() != finite.max())
+
+
+def _flat_bound(bound: Any, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64] | None:
+    if bound is None:
+        return None
+    return np.broadcast_to(np.asarray(bound, dtype=np.float64), values.shape[1:]).reshape(-1)

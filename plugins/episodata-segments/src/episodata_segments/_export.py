@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from episodata_core.authoring import coerce_options
 from episodata_core.dataset import Dataset
 from episodata_core.errors import EpisodataWarning, FormatError
 from episodata_core.exporting import stage_folder
@@ -170,11 +171,7 @@ class OffsetSegmentsExporter:
         IntegrityError
             A validation check failed; nothing was published.
         """
-        opts = (
-            options
-            if isinstance(options, OffsetSegmentsExportOptions)
-            else OffsetSegmentsExportOptions.model_validate(options.model_dump(by_alias=True))
-        )
+        opts = coerce_options(options, OffsetSegmentsExportOptions)
         checked = _check_inputs(datasets, opts)
         staged = stage_folder(destination, overwrite=opts.overwrite)
         jobs = [

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from episodata_core.authoring import coerce_options
 from episodata_core.errors import EpisodataImportWarning, FieldNotFoundError, FormatError
 from episodata_core.schema import ROLES, DatasetSchema, FieldSpec
 from episodata_core.transfer import FieldReport, FlagCounts, ImportReport, ImportResult
@@ -203,12 +204,12 @@ class OffsetSegmentsImporter:
 
     def read_schema(self, source: str, options: BaseModel) -> DatasetSchema:
         """The schema of the imported episodes; verifies ``SHA256SUMS`` first."""
-        opts = _options(options)
+        opts = coerce_options(options, OffsetSegmentsImportOptions)
         return archive_schema(self._archive(source, opts), opts)
 
     def import_into(self, source: str, dataset: Dataset, options: BaseModel) -> ImportResult:
         """Check every segment file, then append one episode per segment."""
-        opts = _options(options)
+        opts = coerce_options(options, OffsetSegmentsImportOptions)
         archive = self._archive(source, opts)
         verify = opts.verify == "full"
         schema = archive_schema(archive, opts)
@@ -301,9 +302,3 @@ class OffsetSegmentsImporter:
             "alignment": {"source_convention": "action-out", "converted_at_import": True},
             "episodes": columns,
         }
-
-
-def _options(options: BaseModel) -> OffsetSegmentsImportOptions:
-    if isinstance(options, OffsetSegmentsImportOptions):
-        return options
-    return OffsetSegmentsImportOptions.model_validate(options.model_dump())

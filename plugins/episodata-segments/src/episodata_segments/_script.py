@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core._version import __version__
+from episodata_core import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

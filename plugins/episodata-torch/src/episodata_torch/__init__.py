@@ -6,5 +6,6 @@
 from __future__ import annotations
 
 from episodata_torch._tensordict import batch_to_tensordict
+from episodata_torch._torchrl import tensordict_to_episodes
 
-__all__ = ["batch_to_tensordict"]
+__all__ = ["batch_to_tensordict", "tensordict_to_episodes"]

@@ -38,6 +38,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from episodata_core.authoring import coerce_options
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_zarr._options import CodecName, ZarrOptions, worker_share
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
+    from episodata_core.generations import OlderDataset
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
     from episodata_zarr._forked import RemoteStore
@@ -61,12 +63,6 @@ _FORKED = (
     "(TensorStore cannot run there); do it in the parent, or start this process with "
     "'spawn' or 'forkserver'"
 )
-
-
-def _options(options: BaseModel) -> ZarrOptions:
-    if isinstance(options, ZarrOptions):
-        return options
-    return ZarrOptions.model_validate(options.model_dump())
 
 
 class ZarrBackend:
@@ -88,9 +84,23 @@ class ZarrBackend:
         "Zarr v3 arrays on disk through TensorStore; chunked, compressed, checksummed"
     )
     Options: ClassVar[type[BaseModel]] = ZarrOptions
+    older_generations: ClassVar[tuple[str, ...]] = ("0.2",)
 
     def __init__(self, store: ZarrStore | RemoteStore) -> None:
         self._store = store
+
+    @classmethod
+    def open_generation(
+        cls, location: str, generation: str, document: Mapping[str, Any]
+    ) -> OlderDataset:
+        """Open a dataset written by episodata 0.2.0 read-only (:mod:`episodata_zarr._gen02`)."""
+        from episodata_zarr._gen02 import open_02
+
+        if generation != "0.2":
+            raise SchemaError(
+                f"{location!r}: the zarr backend reads generation 0.2, not {generation}"
+            )
+        return open_02(location, document)
 
     @classmethod
     def create(cls, schema: DatasetSchema, location: str | None, options: BaseModel) -> Self:
@@ -104,7 +114,11 @@ class ZarrBackend:
 
         if os.getpid() != _impl.LOADED_IN:
             raise DatasetStateError(_FORKED.format(what="create"))
-        return cls(_impl.ZarrStore.create(schema, os.fspath(location), _options(options)))
+        return cls(
+            _impl.ZarrStore.create(
+                schema, os.fspath(location), coerce_options(options, ZarrOptions)
+            )
+        )
 
     @classmethod
     def open(cls, location: str, options: BaseModel, *, writable: bool = False) -> Self:
@@ -115,7 +129,7 @@ class ZarrBackend:
         """
         from episodata_zarr import _impl
 
-        opened = worker_share(_options(options))
+        opened = worker_share(coerce_options(options, ZarrOptions))
         if os.getpid() != _impl.LOADED_IN:
             if writable:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))

@@ -135,10 +135,17 @@ class FieldLayout:
     def metadata(self, rows: int) -> dict[str, Any]:
         """Zarr v3 array metadata for ``rows`` rows (TensorStore's ``metadata`` member)."""
         chunk = [self.chunk_rows, *(max(1, n) for n in self.storage_shape)]
-        names: list[str | None] = ["row"]
-        names += list(self.layout) if self.layout else [None] * len(self.shape)
+        # every axis is named, and the per-field ones after the field: xarray.open_zarr
+        # of a role group needs equal sizes for equal names, and array names are unique
+        # within a group (datasets written before this have null names and open as well)
+        name = self.key.rsplit("/", 1)[-1]
+        names: list[str | None] = ["time"]
+        if self.layout:
+            names += [f"{name}_{axis}" for axis in self.layout]
+        else:
+            names += [f"{name}_dim_{axis}" for axis in range(len(self.shape))]
         if self.raw_bytes:
-            names.append("byte")
+            names.append(f"{name}_byte")
         attributes = {"episodata": {"field": self.key, "dtype": self.dtype.str}}
         return _array_metadata(
             [rows, *self.storage_shape],

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from episodata_core.authoring import Growable
 from episodata_core.errors import EpisodataError
 from episodata_core.protocols import EpisodeTable
 
@@ -15,55 +16,9 @@ if TYPE_CHECKING:
 
     from episodata_zarr._layout import IndexLayout
 
-__all__ = ["EpisodeIndex", "Growable", "entry_hash"]
+__all__ = ["EpisodeIndex", "entry_hash"]
 
 _MASK64 = (1 << 64) - 1
-
-
-class Growable:
-    """Rows of one shape and dtype with spare capacity; appends are amortized O(1)."""
-
-    __slots__ = ("data", "size")
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], capacity: int = 16) -> None:
-        self.data: npt.NDArray[Any] = np.empty((max(capacity, 1), *shape), dtype=dtype)
-        self.size = 0
-
-    def __len__(self) -> int:
-        return self.size
-
-    def view(self) -> npt.NDArray[Any]:
-        """The filled rows (a view; stale after the next growth)."""
-        return self.data[: self.size]
-
-    def extend(self, rows: npt.NDArray[Any]) -> None:
-        """Append ``[n, *shape]`` rows."""
-        start, needed = self.size, self.size + len(rows)
-        if needed > len(self.data):
-            grown = np.empty(
-                (max(needed, 2 * len(self.data)), *self.data.shape[1:]), self.data.dtype
-            )
-            grown[:start] = self.data[:start]
-            self.data = grown
-        self.data[start:needed] = rows
-        self.size = needed
-
-    def truncate(self, size: int) -> None:
-        """Forget rows from ``size`` on."""
-        self.size = min(self.size, size)
-
-    def append(self, row: Any) -> None:
-        """Append one row (a scalar, or a sequence of the row shape)."""
-        if self.size == len(self.data):
-            self.reserve()
-        self.data[self.size] = row
-        self.size += 1
-
-    def reserve(self) -> None:
-        """Double the capacity."""
-        grown = np.empty((2 * len(self.data), *self.data.shape[1:]), self.data.dtype)
-        grown[: self.size] = self.data[: self.size]
-        self.data = grown
 
 
 def _multipliers(width: int) -> npt.NDArray[np.uint64]:

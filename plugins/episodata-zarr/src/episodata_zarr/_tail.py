@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from episodata_core.authoring import Growable, check_fields
 from episodata_core.errors import DatasetStateError
-from episodata_zarr._table import Growable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -62,11 +62,7 @@ class Ongoing:
             self.data[key] = grown
 
     def _check_fields(self, episode: int, keys: Any) -> None:
-        if keys != self.data.keys():
-            raise DatasetStateError(
-                f"episode {episode}: rows for {sorted(keys)} do not match the episode's "
-                f"fields {sorted(self.data)}"
-            )
+        check_fields(keys, self.data.keys(), f"episode {episode}", error=DatasetStateError)
 
     def append(self, episode: int, rows: Rows) -> int:
         """Append ``[n, ...]`` rows of every field; returns ``n``."""

@@ -1,0 +1,191 @@
+"""The first hour on the command line, through real subprocesses of the ``episodata`` command.
+
+Everyday mistakes are one line on stderr with a non-zero exit code and no traceback
+(``--debug`` shows it); warnings are printed once; the quick start can be run again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from episodata import Dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def episodata(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "episodata_core.cli", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *parts: str) -> None:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("episodata: error: ")
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_the_quick_start_run_again_records_new_episodes(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "UV_RUN_RECURSION_DEPTH"}
+    first = subprocess.run(
+        [sys.executable, "-m", "episodata_core.cli", "quickstart", "--episodes", "3"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "(seed 0)" in first.stdout
+    assert first.stdout.strip().endswith("next: episodata info quickstart-cartpole")
+    # under `uv run` (the README's checkout) the hint says how to reach the command
+    again = episodata(
+        "quickstart", "--episodes", "3", cwd=tmp_path, env={"UV_RUN_RECURSION_DEPTH": "1"}
+    )
+    assert again.returncode == 0, again.stderr
+    assert "with seed 3, after the 3 episodes already there" in again.stdout
+    assert again.stdout.strip().endswith("next: uv run --no-dev episodata info quickstart-cartpole")
+    dataset = Dataset.open(tmp_path / "quickstart-cartpole", read_only=True)
+    assert dataset.num_episodes == 6
+    firsts = [dataset.episode(i).read().all_obs[0] for i in range(6)]
+    # six different reset observations: the second run did not repeat the first
+    assert len({tuple(np.round(obs, 6)) for obs in firsts}) == 6
+    dataset.close()
+
+
+def test_a_missing_import_source_is_one_line_and_debug_shows_the_traceback(tmp_path):
+    result = episodata("import", "d4rl", "hopper-medium-v2.hdf5", "hopper", cwd=tmp_path)
+    one_line_error(result, "hopper-medium-v2.hdf5", "no such file")
+    assert not (tmp_path / "hopper").exists()
+    debug = episodata("--debug", "import", "d4rl", "hopper-medium-v2.hdf5", "hopper", cwd=tmp_path)
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "FileNotFoundError" in debug.stderr
+
+
+def test_the_readme_pipeline_without_its_source_is_one_line(tmp_path):
+    shutil.copytree(ROOT / "contrib" / "pipelines", tmp_path / "pipelines")
+    result = episodata("pipeline", "run", "pipelines/d4rl-to-segments.toml", cwd=tmp_path)
+    one_line_error(result, "source.path: no such file or folder", "hopper-medium-v2.hdf5")
+
+
+def test_an_unwritable_copy_destination_is_one_line(tmp_path):
+    source = tmp_path / "source"
+    Dataset.from_episodes(
+        [{"initial_observation": np.zeros(2), "observations": np.ones((3, 2)), "terminated": True}],
+        path=str(source),
+    ).close()
+    (tmp_path / "a-file").write_text("not a folder")
+    result = episodata("copy", "--quiet", "source", "a-file/copy", cwd=tmp_path)
+    one_line_error(result, "a-file")
+
+
+def test_verify_of_nothing_is_an_error_not_damage(tmp_path):
+    result = episodata("verify", "no-such-dataset", cwd=tmp_path)
+    one_line_error(result, "no-such-dataset", "no such folder")
+    assert "DAMAGED" not in result.stdout + result.stderr
+
+
+def test_an_import_warning_is_printed_once_without_a_source_line(tmp_path):
+    import h5py
+
+    rows = 30
+    with h5py.File(tmp_path / "no-timeouts.hdf5", "w") as file:
+        file["observations"] = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+        file["actions"] = np.zeros((rows, 1), dtype=np.float32)
+        file["rewards"] = np.ones(rows, dtype=np.float32)
+        terminals = np.zeros(rows, dtype=bool)
+        terminals[9] = True
+        file["terminals"] = terminals
+    shown = episodata("import", "d4rl", "no-timeouts.hdf5", "shown", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    everything = shown.stdout + shown.stderr
+    assert everything.count("has no 'timeouts'") == 1  # in the summary, not again
+    assert "sys.exit" not in everything
+    quiet = episodata("import", "d4rl", "no-timeouts.hdf5", "quiet", "--quiet", cwd=tmp_path)
+    assert quiet.stdout == ""
+    lines = quiet.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("episodata: warning: ")
+    assert "[no_timeouts]" in lines[0]
+
+
+def test_counts_are_spelled_in_the_right_number(tmp_path):
+    Dataset.from_episodes(
+        [{"initial_observation": np.zeros(2), "observations": np.ones((1, 2)), "terminated": True}],
+        path=str(tmp_path / "one"),
+    ).close()
+    copied = episodata("copy", "one", "two", cwd=tmp_path)
+    assert "copied 1 episode to two" in copied.stdout
+    verified = episodata("verify", "two", cwd=tmp_path)
+    assert "checksums of 1 episode" in verified.stdout
+    assert "1 episodes" not in copied.stdout + verified.stdout
+
+
+@pytest.mark.parametrize("piped", [True, False])
+def test_copy_progress_only_on_a_terminal(tmp_path, piped):
+    Dataset.from_episodes(
+        [
+            {
+                "initial_observation": np.zeros(2),
+                "observations": np.ones((5, 2)),
+                "terminated": True,
+            }
+            for _ in range(4)
+        ],
+        path=str(tmp_path / "src"),
+    ).close()
+    if piped:
+        result = episodata("copy", "src", "dst", cwd=tmp_path)
+        assert "%|" not in result.stderr  # no bar when stderr is not a terminal
+        return
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    # a terminal of 100 columns (a pty starts at 0, where tqdm draws nothing)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    with subprocess.Popen(
+        [sys.executable, "-m", "episodata_core.cli", "copy", "src", "dst"],
+        cwd=tmp_path,
+        stdout=follower,
+        stderr=follower,
+        stdin=follower,
+    ) as process:
+        os.close(follower)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        process.wait(timeout=120)
+    os.close(leader)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "100%" in text
+    assert "4/4" in text
