@@ -25,6 +25,7 @@ import inspect
 import re
 import sys
 import textwrap
+import types
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -861,6 +862,10 @@ def _document_member(page: Page, owner: str, cls: type, name: str, value: Any) -
         returns = _annotation(inspect.signature(function).return_annotation)
         page.add("", f"#### `{where}`", "", f"*property* `{name}: {returns}`")
         page.doc(where, function.__doc__, minimum_words=2)
+        return
+    if kind == "attribute" and isinstance(value, types.MemberDescriptorType):
+        # a __slots__ member: an instance attribute, which the class docstring describes
+        page.add("", f"- *instance attribute* `{name}` (see the class description)")
         return
     if kind == "attribute":
         if inspect.isclass(value) and _is_pydantic(value):

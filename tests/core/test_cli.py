@@ -111,7 +111,10 @@ def test_usage_errors_exit_2(capsys, argv, message):
     [
         (["--help"], r"commands:\n  COMMAND\n    info\s+describe a stored dataset"),
         (["-h"], r"--version +show the versions of episodata-core and episodata"),
-        (["plugins", "--help"], r"--kind \{backend,sampler,importer,exporter,command,hook\}"),
+        (
+            ["plugins", "--help"],
+            r"--kind \{backend,sampler,importer,exporter,command,executor,hook\}",
+        ),
     ],
 )
 def test_help_everywhere(capsys, argv, expected):

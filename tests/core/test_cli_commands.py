@@ -53,7 +53,17 @@ def test_a_fake_distribution_adds_a_verb_and_bad_ones_are_skipped(
     out = _help(capsys)
 
     verbs = re.findall(r"^    (\S+)", out, re.MULTILINE)
-    assert verbs == ["info", "verify", "copy", "import", "export", "pipeline", "plugins", "hello"]
+    assert verbs == [
+        "info",
+        "verify",
+        "copy",
+        "import",
+        "export",
+        "migrate",
+        "pipeline",
+        "plugins",
+        "hello",
+    ]
     messages = sorted(str(w.message) for w in recwarn if w.category is EpisodataPluginWarning)
     assert len(messages) == 4, messages
     assert re.search(r"command 'badargs' from episodata-fake-commands \(episodata_fake_commands:"

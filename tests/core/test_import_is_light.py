@@ -20,6 +20,7 @@ HEAVY = (
     "lance",
     "pyarrow",
     "PIL",
+    "ray",
 )
 
 # Runs in a fresh interpreter: count entry-point reads from the very start, then import.

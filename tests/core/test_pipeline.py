@@ -467,8 +467,8 @@ def test_workdir_resolves_relative_paths_there(plugins, tmp_path, capsys):
         (
             ("[store]", "[stor]"),
             (
-                r"^pipeline: unknown table 'stor'; did you mean 'store'\? \(valid tables: exports, "
-                r"source, store\)$"
+                r"^pipeline: unknown table 'stor'; did you mean 'store'\? \(valid tables: executor, "
+                r"exports, source, store\)$"
             ),
         ),
         (

@@ -22,7 +22,7 @@ from episodata_core.errors import (
     PluginNotFoundError,
 )
 
-PluginKind = Literal["backend", "sampler", "importer", "exporter", "command", "hook"]
+PluginKind = Literal["backend", "sampler", "importer", "exporter", "command", "executor", "hook"]
 
 KINDS: tuple[PluginKind, ...] = get_args(PluginKind)
 GROUPS: dict[PluginKind, str] = {
@@ -31,6 +31,7 @@ GROUPS: dict[PluginKind, str] = {
     "importer": "episodata.importers",
     "exporter": "episodata.exporters",
     "command": "episodata.commands",
+    "executor": "episodata.executors",
     "hook": "episodata.hooks",
 }
 DISABLED_ENV = "EPISODATA_DISABLED_PLUGINS"
@@ -49,6 +50,8 @@ WELL_KNOWN: dict[tuple[PluginKind, str], tuple[str, str]] = {
     ("exporter", "lerobot"): ("episodata-lerobot", 'pip install "episodata[lerobot]"'),
     ("importer", "offset-segments"): ("episodata-segments", _INSTALL_DEFAULT),
     ("exporter", "offset-segments"): ("episodata-segments", _INSTALL_DEFAULT),
+    ("executor", "local"): ("episodata-core", _INSTALL_DEFAULT),
+    ("executor", "ray"): ("episodata-ray", 'pip install "episodata[ray]"'),
     ("sampler", "uniform"): ("episodata-core", _INSTALL_DEFAULT),
     ("sampler", "episode-uniform"): ("episodata-core", _INSTALL_DEFAULT),
     ("sampler", "without-replacement"): ("episodata-core", _INSTALL_DEFAULT),
@@ -215,6 +218,7 @@ def required_members(kind: PluginKind) -> tuple[str, ...]:
     """List the members a ``kind`` plugin class must have: its Protocol's and ``name`` etc."""
     # kept out of `import episodata_core.registry`
     from episodata_core import commands, protocols
+    from episodata_core.pipeline.runner import Executor
 
     protocol: type = {
         "backend": protocols.StorageBackend,
@@ -222,6 +226,7 @@ def required_members(kind: PluginKind) -> tuple[str, ...]:
         "importer": protocols.Importer,
         "exporter": protocols.Exporter,
         "command": commands.Command,
+        "executor": Executor,
     }[kind]
     members = {m for m in (*vars(protocol), *protocol.__annotations__) if not m.startswith("_")}
     declared = _DECLARED_BY_COMMANDS if kind == "command" else _DECLARED

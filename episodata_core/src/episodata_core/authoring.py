@@ -35,12 +35,17 @@ __all__ = ["PLUGIN_SURFACE", "Growable", "check_fields", "check_rows", "coerce_o
 PLUGIN_SURFACE: tuple[str, ...] = (
     "episodata_core",
     "episodata_core.authoring",
+    "episodata_core.bulk",  # bulk writes of executors and datasinks
     "episodata_core.commands",
     "episodata_core.dataset",
     "episodata_core.errors",
     "episodata_core.exporting",
+    "episodata_core.generations",  # format generations a backend may read
     "episodata_core.importing",
     "episodata_core.location",
+    "episodata_core.manifest",
+    "episodata_core.older",  # shared pieces of the readers of older generations
+    "episodata_core.pipeline",  # the executor contract (Step, ImportRequest, ImportTarget)
     "episodata_core.protocols",
     "episodata_core.registry",
     "episodata_core.sampling.workers",

@@ -2,7 +2,8 @@
 
 Plugins are found through the entry-point groups ``episodata.backends``,
 ``episodata.samplers``, ``episodata.importers``, ``episodata.exporters``,
-``episodata.commands`` (verbs of the ``episodata`` command) and ``episodata.hooks``. Nothing is read at import: the first lookup reads the entry points
+``episodata.commands`` (verbs of the ``episodata`` command), ``episodata.executors``
+(pipeline executors) and ``episodata.hooks``. Nothing is read at import: the first lookup reads the entry points
 once (metadata only) and caches them; a plugin's code is imported the first time it is
 selected by name, and the loaded class is cached. :func:`refresh_plugins` clears the
 caches. Runtime registrations (:func:`register_backend` and friends) are for notebooks
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from episodata_core.commands import Command
+    from episodata_core.pipeline.runner import Executor
     from episodata_core.protocols import Exporter, Importer, Sampler, StorageBackend
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "default_backend",
     "get_backend",
     "get_command",
+    "get_executor",
     "get_exporter",
     "get_importer",
     "get_sampler",
@@ -58,6 +61,7 @@ __all__ = [
     "refresh_plugins",
     "register_backend",
     "register_command",
+    "register_executor",
     "register_exporter",
     "register_importer",
     "register_sampler",
@@ -149,6 +153,11 @@ def get_exporter(name: str) -> type[Exporter]:
 def get_command(name: str) -> type[Command]:
     """Return the ``episodata`` verb class registered as ``name``; raises like :func:`get_backend`."""
     return cast("type[Command]", _get("command", name))
+
+
+def get_executor(name: str) -> type[Executor]:
+    """Return the pipeline executor class registered as ``name`` (``"local"``, ``"ray"``)."""
+    return cast("type[Executor]", _get("executor", name))
 
 
 def prefer_plugin(kind: PluginKind, name: str, distribution: str) -> None:
@@ -331,6 +340,19 @@ def register_command(
 ) -> _C | Callable[[_C], _C]:
     """Register an ``episodata`` verb class at runtime; see :func:`register_backend`."""
     return _registrar("command", cls, name, replace)
+
+
+@overload
+def register_executor(cls: _C, *, name: str | None = None, replace: bool = False) -> _C: ...
+@overload
+def register_executor(
+    cls: None = None, *, name: str | None = None, replace: bool = False
+) -> Callable[[_C], _C]: ...
+def register_executor(
+    cls: _C | None = None, *, name: str | None = None, replace: bool = False
+) -> _C | Callable[[_C], _C]:
+    """Register a pipeline executor class at runtime; see :func:`register_backend`."""
+    return _registrar("executor", cls, name, replace)
 
 
 def _registrar(

@@ -20,6 +20,8 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_toml(
         args.file, allow_import_paths=args.allow_import_paths, workdir=args.workdir
     )
+    if args.executor is not None or args.address is not None:
+        pipeline = pipeline.with_executor(args.executor, address=args.address)
     if args.action == "validate":
         steps = pipeline.validate()
         print(
@@ -42,6 +44,12 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         )
         for export in pipeline.config.exports:
             print(f"exported: {export.path} ({export.exporter})")
+        ran = result.dataset.manifest.metadata.get("pipeline", {}).get("executor", {})
+        if "tasks" in ran:  # an executor that split the work says how it went
+            print(
+                f"executor: {ran['name']}, {ran['tasks']} tasks on {ran['cluster'].get('cpus')} "
+                f"CPUs ({ran.get('shards_reused', 0)} reused), {ran['seconds']}"
+            )
     result.dataset.close()
     return 0
 
@@ -55,6 +63,8 @@ COMMANDS: tuple[Verb, ...] = (
             arg("action", choices=("validate", "run"), help="validate: check only; run: execute"),
             arg("file", help="pipeline TOML file"),
             arg("-q", "--quiet", action="store_true", help="no progress bars or summary"),
+            arg("--executor", help="run on this executor instead of the file's (local, ray)"),
+            arg("--address", help="the executor's cluster address ('auto', 'ray://HOST:10001')"),
             arg(
                 "--workdir",
                 metavar="DIR",

@@ -50,6 +50,7 @@ def _load_all(kind: registry.PluginKind | None) -> None:
         "importer": registry.get_importer,
         "exporter": registry.get_exporter,
         "command": registry.get_command,
+        "executor": registry.get_executor,
     }
     # a failure is recorded in the registry and shown in the listing, so it is not
     # reported twice here (no exception, no warning)

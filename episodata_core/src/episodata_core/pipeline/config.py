@@ -16,6 +16,11 @@ optional store (where the data lands), and zero or more exports::
     path = "hopper-segments"
     options = { offset = 25, episodes_per_env = 10 }
 
+``source.path`` may also be a list of files, or a glob (``"runs/*.hdf5"``): each file is
+imported in turn into the one dataset. ``[executor]`` (or ``executor = "ray"``) names
+the registered executor that runs the steps, with its options beside the name
+(``address = "auto"``); the default is ``"local"``, this process.
+
 Plugins are named by their registered name. Each plugin's own ``Options`` model checks
 its ``options`` table, and errors carry the full location (``exports[0].options.offset``).
 A ``"package.module:Class"`` import path instead of a name runs code from that module,
@@ -25,6 +30,7 @@ command line, ``allow_import_paths=True`` in Python); a file cannot opt itself i
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import tomllib
@@ -39,6 +45,7 @@ from episodata_core.errors import SchemaError
 
 __all__ = [
     "DatasetSource",
+    "ExecutorConfig",
     "ExportStep",
     "ImportSource",
     "PipelineConfig",
@@ -52,11 +59,58 @@ class _Strict(BaseModel):
 
 
 class ImportSource(_Strict):
-    """Read a foreign file with an importer plugin."""
+    """Read foreign files with an importer plugin."""
 
     importer: str = Field(description="Registered importer name, e.g. 'd4rl'.")
-    path: str = Field(description="The file or folder to import.")
+    path: str | list[str] = Field(
+        description="The file or folder to import, a list of them, or a glob ('runs/*.hdf5')."
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="The importer's Options.")
+
+    def files(self) -> list[str]:
+        """Every file to import, in import order: the list's order, a glob's matches sorted.
+
+        Raises :class:`SchemaError` when a glob matches nothing or the list is empty.
+        """
+        entries = [self.path] if isinstance(self.path, str) else list(self.path)
+        if not entries:
+            raise SchemaError("source.path: the list of files is empty; name at least one file")
+        files: list[str] = []
+        for entry in entries:
+            if "://" in entry or not glob.has_magic(entry):
+                files.append(entry)
+                continue
+            matches = sorted(glob.glob(entry))
+            if not matches:
+                raise SchemaError(
+                    f"source.path: the glob {entry!r} matches no file; check the pattern "
+                    "(relative paths are relative to the pipeline file)"
+                )
+            files += matches
+        return files
+
+
+class ExecutorConfig(_Strict):
+    """Which executor runs the steps: ``executor = "ray"`` or an ``[executor]`` table.
+
+    Keys of the table other than ``name`` are the executor's options
+    (``address = "auto"``), as are those of an explicit ``options`` table.
+    """
+
+    name: str = Field(default="local", description="Registered executor name: 'local', 'ray'.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The executor's Options.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_forms(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data}
+        if isinstance(data, dict) and set(data) - {"name", "options"}:
+            inline = {k: v for k, v in data.items() if k not in ("name", "options")}
+            given = data.get("options", {})
+            options = {**given, **inline} if isinstance(given, dict) else given
+            return {"name": data.get("name", "local"), "options": options}
+        return data
 
 
 class DatasetSource(_Strict):
@@ -96,6 +150,9 @@ class PipelineConfig(_Strict):
     source: ImportSource | DatasetSource = Field(description="Where the episodes come from.")
     store: StoreConfig | None = Field(default=None, description="Where they are written.")
     exports: list[ExportStep] = Field(default_factory=list, description="What is exported.")
+    executor: ExecutorConfig = Field(
+        default_factory=ExecutorConfig, description="What runs the steps (default: local)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -112,8 +169,12 @@ class PipelineConfig(_Strict):
         return self
 
     def digest(self) -> str:
-        """SHA-256 of the canonical JSON form: the same pipeline always hashes the same."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """SHA-256 of the canonical JSON form: the same pipeline always hashes the same.
+
+        The executor is left out: where a pipeline runs does not change what it writes.
+        """
+        document = self.model_dump(mode="json", exclude={"executor"})
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def resolve(self, *, allow_import_paths: bool = False) -> list[str]:
@@ -149,7 +210,9 @@ class PipelineConfig(_Strict):
         if isinstance(source, ImportSource):
             cls = classes["importer", source.importer]
             validate_options(cls, source.options, "source.options")
-            steps.append(f"import {source.path} with {source.importer}")
+            files = source.files()
+            what = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
+            steps.append(f"import {what} with {source.importer}")
         else:
             steps.append(f"open {source.dataset}")
         if self.store is not None:
@@ -160,6 +223,10 @@ class PipelineConfig(_Strict):
             cls = classes["exporter", export.exporter]
             validate_options(cls, export.options, f"exports[{number}].options")
             steps.append(f"export to {export.path} with {export.exporter}")
+        if self.executor.name != "local":
+            cls = classes["executor", self.executor.name]
+            validate_options(cls, self.executor.options, "executor.options")
+            steps.append(f"run on the {self.executor.name} executor")
         self._check_paths()
         return steps, imported
 
@@ -173,12 +240,13 @@ class PipelineConfig(_Strict):
         """
         source = self.source
         if isinstance(source, ImportSource):
-            if _is_local(source.path) and not Path(source.path).expanduser().exists():
-                raise SchemaError(
-                    f"source.path: no such file or folder {source.path!r}; give the path of "
-                    f"the file to import with {source.importer!r} (relative paths are relative "
-                    "to the pipeline file, or to --workdir)"
-                )
+            for path in source.files():  # a glob that matches nothing is refused here too
+                if _is_local(path) and not Path(path).expanduser().exists():
+                    raise SchemaError(
+                        f"source.path: no such file or folder {path!r}; give the path of "
+                        f"the file to import with {source.importer!r} (relative paths are "
+                        "relative to the pipeline file, or to --workdir)"
+                    )
         elif _is_local(source.dataset) and not _holds_dataset(source.dataset):
             raise SchemaError(
                 f"source.dataset: {source.dataset!r} is not an episodata dataset (no "
@@ -212,6 +280,8 @@ class PipelineConfig(_Strict):
         named += [
             (f"exports[{n}].exporter", "exporter", e.exporter) for n, e in enumerate(self.exports)
         ]
+        if self.executor.name != "local":
+            named.append(("executor.name", "executor", self.executor.name))
         return named
 
 
@@ -258,6 +328,7 @@ def _plugin(kind: registry.PluginKind, name: str, where: str) -> Any:
         "backend": registry.get_backend,
         "importer": registry.get_importer,
         "exporter": registry.get_exporter,
+        "executor": registry.get_executor,
     }
     try:
         return getters[kind](name)
@@ -340,11 +411,15 @@ def _check_keys(document: dict[str, Any]) -> None:
 
 def _rebase(config: PipelineConfig, base: Path) -> PipelineConfig:
     def absolute(path: str) -> str:
-        return str(path if Path(path).is_absolute() else (base / path))
+        if "://" in path or Path(path).is_absolute():  # a URL is a location of its own
+            return path
+        return str(base / path)
 
     source = config.source
     if isinstance(source, ImportSource):
-        source = source.model_copy(update={"path": absolute(source.path)})
+        paths = source.path
+        rebased = absolute(paths) if isinstance(paths, str) else [absolute(p) for p in paths]
+        source = source.model_copy(update={"path": rebased})
     else:
         source = source.model_copy(update={"dataset": absolute(source.dataset)})
     store = config.store

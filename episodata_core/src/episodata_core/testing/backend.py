@@ -258,9 +258,11 @@ class BackendTests(PackagingTests, Generic[B]):
         database=None,
         # one location fixture for every example: each example writes a sibling folder;
         # each backend's subclass runs this one method (no database, so no replay mix-up)
+        # and drawing a schema with image-sized fields is slow on a loaded machine
         suppress_health_check=[
             HealthCheck.function_scoped_fixture,
             HealthCheck.differing_executors,
+            HealthCheck.too_slow,
         ],
     )
     @given(data=st.data())
