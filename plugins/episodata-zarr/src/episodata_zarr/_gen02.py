@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from episodata_core import location
-from episodata_core.older import ReadOnlyBackend, manifest_from_02, read_npz_members, unique_keys
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.generations import OlderDataset
+from episodata_core.older import ReadOnlyBackend, manifest_from_02, read_npz_members, unique_keys
 from episodata_core.protocols import EpisodeTable
 
 if TYPE_CHECKING:
