@@ -44,6 +44,12 @@ MAX_SEGMENTS = 64
 _BASELINE = (0xC0, 0xC1)  # Huffman-coded sequential: what swm's encoders write
 _SOF = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
 _DHT, _DQT, _SOS, _DRI = 0xC4, 0xDB, 0xDA, 0xDD
+_MAX_BLOCKS = 10  # libjpeg's D_MAX_BLOCKS_IN_MCU
+#: the segment markers libjpeg reads before a scan (SOFn, DHT, DAC, SOS, DQT, DNL, DRI,
+#: APPn, COM) and the standalone ones, which ``_segment`` flags on their own
+_KNOWN = np.zeros(256, dtype=bool)
+_KNOWN[[*_SOF, _DHT, 0xCC, _SOS, _DQT, 0xDC, _DRI, *range(0xE0, 0xF0), 0xFE]] = True
+_KNOWN[[0x00, 0x01, *range(0xD0, 0xDA)]] = True
 _SIZE = "another size"  # its message is made with the sizes
 
 
@@ -234,6 +240,8 @@ def _segment(
     end = at + 2 + length
     blobs.flag(rows, byte(at) != 0xFF, at, "a marker (FF xx) expected")
     blobs.flag(rows, standalone, at, "a marker that has no place before the scan")
+    # libjpeg stops at a marker it does not know, where it would skip an APPn or COM
+    blobs.flag(rows, ~_KNOWN[marker], at, "a marker that libjpeg does not know")
     past = (length < 2) | (end > blobs.ends[rows] - 2)
     blobs.flag(rows, past, at, "a segment runs past the end of the JPEG")
     ok = blobs.good(rows)
@@ -354,6 +362,7 @@ def _frame(
     rows, at, marker, components = rows[ok], at[ok], marker[ok], components[ok]
     needs = np.zeros(rows.size, dtype=np.int64)
     ok = np.ones(rows.size, dtype=bool)
+    factors = np.ones((rows.size, 3, 2), dtype=np.int64)  # (h, v) per component
     for c in range(3):
         part = components > c
         spec = at + 10 + 3 * c
@@ -361,9 +370,18 @@ def _frame(
         horizontal, vertical = sampling >> 4, sampling & 15
         good = (horizontal >= 1) & (horizontal <= 4) & (vertical >= 1) & (vertical <= 4)
         ok &= ~part | (good & (table <= 3))
+        factors[part, c] = np.stack([horizontal, vertical], axis=1)[part]
         blobs.ids[rows[part], c] = byte(spec)[part]
         needs |= np.where(part, np.int64(1) << np.minimum(table, 3), 0)
     blobs.flag(rows, ~ok, at, "a frame component of bad sampling or table")
+    # libjpeg refuses sampling factors that do not divide the largest ones (fractional
+    # upsampling) and MCUs of more than 10 blocks; absent components count as (1, 1)
+    largest = factors.max(axis=1, keepdims=True)
+    fractional = (largest % np.maximum(factors, 1) != 0).any(axis=(1, 2))
+    blobs.flag(rows, fractional, at, "chroma sampling factors that libjpeg does not decode")
+    blocks = np.where(components > 1, factors.prod(axis=2).sum(axis=1), 1)
+    blobs.flag(rows, blocks > _MAX_BLOCKS, at, f"more than {_MAX_BLOCKS} blocks per MCU")
+    ok &= blobs.good(rows)
     rows, at, marker, needs = rows[ok], at[ok], marker[ok], needs[ok]
     blobs.frame[rows] = True
     blobs.baseline[rows] = np.isin(marker, _BASELINE)
@@ -402,9 +420,13 @@ def _scan_header(
     tail = at + 5 + 2 * components  # Ss, Se, Ah/Al: 0, 63, 0 in a baseline scan
     good = (byte(tail) == 0) & (byte(tail + 1) == 63) & (byte(tail + 2) == 0)
     standard = np.zeros(rows.size, dtype=bool)
+    chosen = np.full((rows.size, 3), -1, dtype=np.int64)
     for c in range(3):
         part = components > c
         ident, tables = byte(at + 5 + 2 * c), byte(at + 6 + 2 * c)
+        # libjpeg refuses a scan that names one component twice
+        good &= ~part | ~(chosen == ident[:, None]).any(axis=1)
+        chosen[part, c] = ident[part]
         known = (blobs.ids[rows] == ident[:, None]).any(axis=1)
         good &= ~part | (known & ((tables >> 4) <= 3) & ((tables & 15) <= 3))
         dc = (blobs.huffman[rows] >> np.minimum(tables >> 4, 3)) & 1
