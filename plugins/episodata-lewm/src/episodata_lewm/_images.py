@@ -193,41 +193,21 @@ def verify_jpegs(
 
 
 def jpeg_bytes(
-    offsets: npt.NDArray[np.int64],
-    data: npt.NDArray[np.uint8],
-    width: int,
-    where: str,
-    first_row: int,
+    blobs: list[bytes | None], width: int, where: str, first_row: int
 ) -> npt.NDArray[np.bytes_]:
-    """The blobs ``data[offsets[i]:offsets[i + 1]]`` as ``S<width>``, padded with NUL bytes.
-
-    No JPEG ends in a NUL byte (they end FF D9), so the padding is dropped again on read
-    and no byte is lost. One copy of the window's bytes, no Python object per row.
+    """The encoded blobs as ``S<width>`` (no JPEG ends in a NUL byte, so none is lost).
 
     Raises
     ------
     FormatError
         A blob is longer than ``width`` (NumPy would cut it short without a word).
     """
-    lengths = np.diff(offsets)
-    count = int(lengths.size)
-    longest = int(lengths.max(initial=0))
+    lengths = [0 if blob is None else len(blob) for blob in blobs]
+    longest = max(lengths, default=0)
     if longest > width:
-        row = first_row + int(np.argmax(lengths))
+        row = first_row + lengths.index(longest)
         raise FormatError(
             f"{where}, row {row}: a JPEG of {longest} bytes, longer than the {width} bytes the "
             "schema was made for; the dataset changed during the import. Import it again"
         )
-    out = np.zeros((count, width), dtype=np.uint8)
-    flat = out.reshape(-1)
-    # rows of about 1 MiB at a time: the index arrays cost 8 bytes per byte copied
-    step = max(1, (1 << 20) // max(longest, 1))
-    for lo in range(0, count, step):
-        hi = min(lo + step, count)
-        a, b = int(offsets[lo]), int(offsets[hi])
-        if a == b:
-            continue
-        # byte k of the block goes to row r, column k - (start of r): flat r * width + ...
-        shift = np.arange(lo, hi, dtype=np.int64) * width - (offsets[lo:hi] - a)
-        flat[np.arange(b - a, dtype=np.int64) + np.repeat(shift, lengths[lo:hi])] = data[a:b]
-    return out.view(f"S{width}").reshape(count)
+    return np.asarray(blobs, dtype=f"S{width}")

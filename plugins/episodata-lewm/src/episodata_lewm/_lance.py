@@ -43,6 +43,7 @@ _SCAN_ROWS = 1 << 20  # rows of episode_idx per read while finding the episodes 
 WINDOW_BYTES = 32 << 20
 #: image columns whose every JPEG was checked, per version: the longest blob (bytes)
 _CHECKED: dict[tuple[Any, ...], int] = {}
+_BYTES_ROWS = 4096  # images="jpeg": rows per list of Python bytes (a few MiB)
 _KEEP_SHAPE = ("action",)  # a one-dimensional action stays [1]; other size-1 lists are scalars
 
 
@@ -131,10 +132,15 @@ class LanceColumn:
         (:func:`_check_images`), so each goes straight to the decoder.
         """
         where = self.source.where(self.name)
-        offsets, data = binary_buffers(array)
         if self.image_shape is not None:
+            offsets, data = binary_buffers(array)
             return decode_jpegs(offsets, data, self.image_shape, where, a)
-        return jpeg_bytes(offsets, data, self.width, where, a)
+        out = np.empty(len(array), dtype=f"S{self.width}")
+        # Python bytes of a few rows at a time: faster than any NumPy scatter of the bytes
+        for lo in range(0, len(array), _BYTES_ROWS):
+            part = array.slice(lo, _BYTES_ROWS).to_pylist()
+            out[lo : lo + len(part)] = jpeg_bytes(part, self.width, where, a + lo)
+        return out
 
     def asstr(self) -> _Strings:
         """Reads that give ``str`` objects (h5py's ``asstr()``)."""
