@@ -92,20 +92,24 @@ def test_the_first_damaged_row_is_named_with_its_byte():
 
 
 def _damaged(blob, rng, frame):
-    """``blob`` with a random run zeroed, a flipped bit or random bytes, anywhere but ``frame``."""
+    """``blob`` with a run zeroed, a bit flipped, random, lost or inserted bytes, not in ``frame``."""
     changed = bytearray(blob)
     while True:
         at = int(rng.integers(2, len(blob) - 2))
         if not frame[0] <= at < frame[1]:
             break
     size = min(int(rng.integers(1, 40)), len(blob) - 2 - at)
-    kind = rng.integers(3)
+    kind = rng.integers(5)
     if kind == 0:
         changed[at : at + size] = bytes(size)
     elif kind == 1:
         changed[at] ^= 1 << int(rng.integers(8))
-    else:
+    elif kind == 2:
         changed[at : at + size] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    elif kind == 3:  # bytes lost
+        del changed[at : at + min(size, 8)]
+    else:  # bytes inserted
+        changed[at:at] = rng.integers(0, 256, min(size, 8), dtype=np.uint8).tobytes()
     return bytes(changed)
 
 
