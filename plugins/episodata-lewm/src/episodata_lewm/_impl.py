@@ -15,7 +15,14 @@ import numpy as np
 from episodata_core.errors import FormatError
 from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
 from episodata_core.transfer import ImportResult
-from episodata_lewm._lance import WINDOW_BYTES, LanceSource, inspect_lance, is_lance, verify_rows
+from episodata_lewm._lance import (
+    KEPT_WINDOW_BYTES,
+    WINDOW_BYTES,
+    LanceSource,
+    inspect_lance,
+    is_lance,
+    verify_rows,
+)
 from episodata_lewm._layout import build_schema, inspect_file, open_file
 from episodata_lewm._options import select_episodes
 from episodata_lewm._report import LeWMReport
@@ -58,12 +65,15 @@ class _Prepared:
         widest = max(fields, key=lambda column: column.row_bytes)
         chunk_rows = (handle[widest.name].chunks or (1,))[0]
         budget = options.read_budget_bytes
+        if self.lance:
+            # Lance reads any row range at full speed, and pylance keeps what it read
+            kept = any(c.encoding is not None and not c.image for c in fields)
+            budget = min(budget, KEPT_WINDOW_BYTES if kept else WINDOW_BYTES)
         self.windows: list[Window] = plan_windows(
             self.offsets,
             self.lengths,
             row_bytes=sum(c.row_bytes for c in fields),
-            # Lance reads any row range at full speed, and pylance keeps what it read
-            budget=min(budget, WINDOW_BYTES) if self.lance else budget,
+            budget=budget,
             chunk_rows=chunk_rows,
         )
         if options.check_chunks and not self.lance:
