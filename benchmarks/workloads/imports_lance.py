@@ -166,8 +166,8 @@ def _imported(source: Path, target: Path, images: str) -> Any:
 
 
 _NOTES = {
-    "decode": "each JPEG structure-checked, then decoded once (threads) as it is written",
-    "jpeg": "each JPEG structure-checked (markers, tables, headers), not decoded",
+    "decode": "JPEGs structure-checked with the schema, decoded once (threads) as written",
+    "jpeg": "JPEGs structure-checked with the schema, copied as bytes, never decoded",
 }
 
 

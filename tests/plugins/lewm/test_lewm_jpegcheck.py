@@ -92,36 +92,83 @@ def test_the_first_damaged_row_is_named_with_its_byte():
 
 
 def _damaged(blob, rng, frame):
-    """``blob`` with a random run zeroed, a flipped bit or random bytes, anywhere but ``frame``."""
+    """``blob`` with a run zeroed, a bit flipped, random, lost or inserted bytes, not in ``frame``."""
     changed = bytearray(blob)
     while True:
         at = int(rng.integers(2, len(blob) - 2))
         if not frame[0] <= at < frame[1]:
             break
     size = min(int(rng.integers(1, 40)), len(blob) - 2 - at)
-    kind = rng.integers(3)
+    kind = rng.integers(5)
     if kind == 0:
         changed[at : at + size] = bytes(size)
     elif kind == 1:
         changed[at] ^= 1 << int(rng.integers(8))
-    else:
+    elif kind == 2:
         changed[at : at + size] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    elif kind == 3:  # bytes lost
+        del changed[at : at + min(size, 8)]
+    else:  # bytes inserted
+        changed[at:at] = rng.integers(0, 256, min(size, 8), dtype=np.uint8).tobytes()
     return bytes(changed)
 
 
-def test_every_damage_that_pillow_cannot_decode_is_rejected_or_left_to_a_decode():
-    """1,500 seeded damages of recording frames (headers, tables and compressed data).
+def _changed(blob, marker, offset, value):
+    """``blob`` with byte ``offset`` of the segment of ``marker`` (its FF) set to ``value``."""
+    changed = bytearray(blob)
+    changed[blob.index(marker) + offset] = value
+    return bytes(changed)
 
-    The frame header is spared: sampling factors libjpeg cannot decode (more than 10
-    blocks per MCU) are well-formed, and left to the decode (``oversampled_jpeg``).
-    """
+
+# headers that libjpeg refuses (not only warns about) though every segment is well-formed
+_REFUSED = {
+    # all three components 2x2: 12 blocks per MCU, over libjpeg's (and T.81's) 10
+    "12 blocks per MCU": (
+        lambda b: _changed(
+            _changed(_changed(b, b"\xff\xc0", 11, 0x22), b"\xff\xc0", 14, 0x22),
+            b"\xff\xc0",
+            17,
+            0x22,
+        ),
+        "more than 10 blocks per MCU",
+    ),
+    # luma 2x2, one chroma 3x1: 3 does not divide 2, libjpeg has no fractional upsampling
+    "fractional sampling": (
+        lambda b: _changed(b, b"\xff\xc0", 14, 0x31),
+        "chroma sampling factors that libjpeg does not decode",
+    ),
+    "unknown marker": (
+        lambda b: _changed(b, b"\xff\xe0", 1, 0x8B),
+        "a marker that libjpeg does not know",
+    ),
+    # the scan names component 1 twice (1, 2, 1) and never 3
+    "a component twice in the scan": (
+        lambda b: _changed(b, b"\xff\xda", 9, 0x01),
+        "a scan header that does not fit the frame",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSED))
+def test_a_header_that_libjpeg_refuses_is_rejected_without_a_decode(case):
+    """Found by seeded damages (48,000): all four passed the check and failed the decode."""
+    change, what = _REFUSED[case]
+    blobs = _blobs(LANCE[0], "pixels")[:3]
+    blobs[1] = change(blobs[1])
+    assert not _decodes(blobs[1], (32, 32, 3))  # the oracle: Pillow refuses it
+    for shape in ((32, 32, 3), None):  # decoded, or kept as bytes
+        with pytest.raises(FormatError, match=rf"col, row 1: the JPEG is damaged .*: {what}"):
+            _check(blobs, shape)
+
+
+def test_every_damage_that_pillow_cannot_decode_is_rejected_or_left_to_a_decode():
+    """1,500 seeded damages of recording frames (headers, tables and compressed data)."""
     rng = np.random.default_rng(7)
     originals = _blobs(LANCE[0], "pixels") + _blobs(LANCE[1], "goal")
     undecodable = rejected = 0
     for trial in range(1500):
         blob = originals[trial % len(originals)]
-        start = blob.index(b"\xff\xc0")
-        damaged = _damaged(blob, rng, (start, start + 2 + 17))
+        damaged = _damaged(blob, rng, (0, 0))
         try:
             caught = bool(_check([damaged], (32, 32, 3))[0])  # left to a decode
         except FormatError:

@@ -70,10 +70,7 @@ def _small_jpeg():
 
 
 def _oversampled(blob):
-    """Every component sampled 2x2: 12 blocks per MCU, more than libjpeg's 10.
-
-    A well-formed JPEG that only a decode rejects (the structure check leaves it to it).
-    """
+    """Every component sampled 2x2: 12 blocks per MCU, more than libjpeg's (and T.81's) 10."""
     frame = blob.index(b"\xff\xc0")
     changed = bytearray(blob)
     for component in range(3):
@@ -119,7 +116,7 @@ CASES = {
     "oversampled_jpeg": (
         lambda d: rewrite(MAIN, d, "oversampled.lance", _blob(33, _oversampled)),
         FormatError,
-        "column 'pixels', row 33: the JPEG does not decode",
+        "column 'pixels', row 33: the JPEG is damaged at byte 158 of 1058: more than 10 blocks",
     ),
     "not_a_jpeg": (
         lambda d: rewrite(MAIN, d, "png.lance", _blob(3, lambda b: b"\x89PNG" + b[4:])),
@@ -258,34 +255,31 @@ def test_a_dataset_written_again_at_the_same_path_is_read_anew(tmp_path):
     assert bytes(dataset.episode(0).read().buffers["observation/pixels"][0]) == big
 
 
+@pytest.mark.parametrize("images", ["decode", "jpeg"])
 @pytest.mark.parametrize("budget", [None, 2 * 10 * (2 * 32 * 32 * 3 + 200)])
 @pytest.mark.parametrize("destination", ["new", "append"])
-def test_a_jpeg_only_a_decode_rejects_fails_before_anything_stays(tmp_path, budget, destination):
-    """Row 33 (the last episode) passes the structure check; its decode fails.
+def test_a_jpeg_that_libjpeg_refuses_fails_before_anything_is_written(
+    tmp_path, budget, destination, images
+):
+    """Row 33 (the last episode) has well-formed segments but 12 blocks per MCU.
 
-    With a two-episode budget the rows are read in two windows: a new destination decodes
-    as it writes and is removed, an append decodes every window before its first write.
+    Every JPEG is checked when the schema is made, before the destination exists, in
+    one window or in several; kept as bytes too (no decoder could read them back).
     """
     path, error, fragment = _bad(tmp_path, "oversampled_jpeg")
-    options = {} if budget is None else {"read_budget_bytes": budget}
+    options = {"images": images}
+    if budget is not None:
+        options["read_budget_bytes"] = budget
     if destination == "new":
         target = tmp_path / "out"
         with pytest.raises(error, match=re.escape(fragment)):
             episodata.import_dataset("lewm", str(path), target, **options)
         assert not target.exists()
     else:
-        dataset, _ = episodata.import_dataset("lewm", str(recording(MAIN).path), tmp_path / "d")
+        base = recording(MAIN).path
+        dataset, _ = episodata.import_dataset("lewm", str(base), tmp_path / "d", images=images)
         before = (len(dataset), dataset.num_steps, dataset.manifest.metadata)
         with pytest.raises(error, match=re.escape(fragment)) as caught:
             episodata.import_dataset("lewm", str(path), dataset, **options)
         assert "written before the failure" not in "".join(getattr(caught.value, "__notes__", []))
         assert (len(dataset), dataset.num_steps, dataset.manifest.metadata) == before
-
-
-def test_kept_as_bytes_a_jpeg_is_checked_for_its_structure_not_decoded(tmp_path):
-    """images='jpeg' keeps the bytes: a well-formed JPEG that would not decode is kept as is."""
-    path, _, _ = _bad(tmp_path, "oversampled_jpeg")
-    dataset, _ = episodata.import_dataset("lewm", str(path), images="jpeg")
-    blobs = lance.dataset(str(path)).to_table(columns=["pixels"])["pixels"].to_pylist()
-    episode = dataset.episode(3).read()  # rows 30..39
-    assert bytes(episode.all_obs.pixels[3]) == blobs[33]

@@ -15,7 +15,14 @@ import numpy as np
 from episodata_core.errors import FormatError
 from episodata_core.importing import WarningLog, field_reports, flag_counts, source_record
 from episodata_core.transfer import ImportResult
-from episodata_lewm._lance import LanceSource, inspect_lance, is_lance, verify_rows
+from episodata_lewm._lance import (
+    KEPT_WINDOW_BYTES,
+    WINDOW_BYTES,
+    LanceSource,
+    inspect_lance,
+    is_lance,
+    verify_rows,
+)
 from episodata_lewm._layout import build_schema, inspect_file, open_file
 from episodata_lewm._options import select_episodes
 from episodata_lewm._report import LeWMReport
@@ -57,11 +64,16 @@ class _Prepared:
         # blocks of an oversized episode follow the chunks of the widest column (pixels)
         widest = max(fields, key=lambda column: column.row_bytes)
         chunk_rows = (handle[widest.name].chunks or (1,))[0]
+        budget = options.read_budget_bytes
+        if self.lance:
+            # Lance reads any row range at full speed, and pylance keeps what it read
+            kept = any(c.encoding is not None and not c.image for c in fields)
+            budget = min(budget, KEPT_WINDOW_BYTES if kept else WINDOW_BYTES)
         self.windows: list[Window] = plan_windows(
             self.offsets,
             self.lengths,
             row_bytes=sum(c.row_bytes for c in fields),
-            budget=options.read_budget_bytes,
+            budget=budget,
             chunk_rows=chunk_rows,
         )
         if options.check_chunks and not self.lance:
@@ -119,9 +131,7 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
         if full:
             _enforce(scan, prepared, alignment, release, path, log)
         if isinstance(handle, LanceSource):
-            # a new destination goes on failure: its JPEGs need only decode as they are written
-            decode = full and not _removed_on_failure(dataset)
-            verify_rows(handle, layout, prepared.windows, full=full, decode=decode)
+            verify_rows(handle, layout, prepared.windows, full=full)
         flags, reasons = _flags(scan, prepared, options.missing_flags)
         log.finish(strict=options.strict)  # the last check before the first write
         write_episodes(
@@ -141,16 +151,6 @@ def import_file(path: str, dataset: Dataset, options: LeWMOptions) -> ImportResu
     )
     result.record["source"].update(_lance_source(path, handle, options), swm_release=release)
     return result
-
-
-def _removed_on_failure(dataset: Dataset) -> bool:
-    """Whether ``dataset`` is this import's own new one, which a failure removes whole.
-
-    ``import_dataset`` creates a new destination marked incomplete by an import, and
-    removes it if the import raises; an appended dataset keeps what was written.
-    """
-    incomplete = dataset.manifest.incomplete
-    return incomplete is not None and incomplete.operation == "import" and dataset.num_episodes == 0
 
 
 _RELEASE_0_1_1 = (

@@ -33,11 +33,27 @@ if TYPE_CHECKING:
 
     from episodata_lewm._options import LeWMOptions
 
-__all__ = ["LanceSource", "inspect_lance", "is_lance", "verify_rows"]
+__all__ = [
+    "KEPT_WINDOW_BYTES",
+    "WINDOW_BYTES",
+    "LanceSource",
+    "inspect_lance",
+    "is_lance",
+    "verify_rows",
+]
 
 _INDEX = "episode_idx"
 _SCAN_ROWS = 1 << 20  # rows of episode_idx per read while finding the episodes (4 MiB)
-_WIDTHS: dict[tuple[Any, ...], int] = {}  # the longest JPEG of a column of a version
+#: the largest read window (bytes of rows as imported), below ``read_budget_bytes``: pylance
+#: keeps memory in step with its largest read (116 MiB after reads of 30 MB of JPEGs, 51
+#: after reads of 8 MB), and reads of 3-8 MB are the fastest per byte (measured)
+WINDOW_BYTES = 32 << 20
+#: the same with JPEGs kept as bytes, where the window is what pylance reads (decoded, a
+#: 32 MiB window reads about 3 MB of JPEGs); measured at 50,000 rows: 100 MiB less peak
+#: RSS than 32 MiB windows, at the same speed
+KEPT_WINDOW_BYTES = 8 << 20
+#: image columns whose every JPEG was checked, per version: the longest blob (bytes)
+_CHECKED: dict[tuple[Any, ...], int] = {}
 _BYTES_ROWS = 4096  # images="jpeg": rows per list of Python bytes (a few MiB)
 _KEEP_SHAPE = ("action",)  # a one-dimensional action stays [1]; other size-1 lists are scalars
 
@@ -60,8 +76,6 @@ class LanceColumn:
         self.target: np.dtype[Any] | None = None  # integer dtype of a float32 column
         self.width = 0  # the longest blob, for images="jpeg"
         self.image_shape: tuple[int, int, int] | None = None
-        # rows (a, b) the pre-pass already made, for the write pass (one window only)
-        self.kept: tuple[int, int, npt.NDArray[Any]] | None = None
         dims: list[int] = []
         kind = arrow_type
         while pa.types.is_fixed_size_list(kind):
@@ -110,9 +124,6 @@ class LanceColumn:
 
     def __getitem__(self, rows: slice) -> npt.NDArray[Any]:
         a, b, _ = rows.indices(self.shape[0])
-        kept, self.kept = self.kept, None
-        if kept is not None and kept[:2] == (a, b):
-            return kept[2]
         array = self.read_arrow(a, b)
         if self.encoding == "jpeg":
             return self.images(array, a)
@@ -128,14 +139,16 @@ class LanceColumn:
     def images(self, array: Any, a: int) -> npt.NDArray[Any]:
         """The JPEGs of ``array`` (rows from ``a``) decoded, or as ``S<width>`` bytes.
 
-        Their structure was checked by :func:`verify_rows` (every import runs it).
+        Every JPEG of the column was checked when the schema was made
+        (:func:`_check_images`), so each goes straight to the decoder.
         """
         where = self.source.where(self.name)
         if self.image_shape is not None:
             offsets, data = binary_buffers(array)
             return decode_jpegs(offsets, data, self.image_shape, where, a)
         out = np.empty(len(array), dtype=f"S{self.width}")
-        for lo in range(0, len(array), _BYTES_ROWS):  # Python bytes of a few rows at a time
+        # Python bytes of a few rows at a time: faster than any NumPy scatter of the bytes
+        for lo in range(0, len(array), _BYTES_ROWS):
             part = array.slice(lo, _BYTES_ROWS).to_pylist()
             out[lo : lo + len(part)] = jpeg_bytes(part, self.width, where, a + lo)
         return out
@@ -341,23 +354,10 @@ def _image_column(source: LanceSource, column: LanceColumn, options: LeWMOptions
             f"{err}. Binary columns are read as one JPEG image per row (what swm writes); "
             f"pass exclude=[{name!r}] to leave this one out"
         ) from err
-    if options.images == "jpeg":
-        import pyarrow.compute as pc
-
-        # a version's files never change, so read_schema's scan serves the import too (the
-        # data files' random names tell a dataset written again at the same path apart)
-        key = (os.path.realpath(source.path), source.version, name, tuple(source.files))
-        if key not in _WIDTHS:
-            # a JPEG is smaller than its pixels, so these reads stay within the read budget
-            step = max(1, options.read_budget_bytes // int(np.prod(shape)))
-            widths = [
-                int(pc.max(pc.binary_length(column.read_arrow(a, b))).as_py())
-                for a, b in _spans(source.rows, step)
-            ]
-            if len(_WIDTHS) >= 64:
-                _WIDTHS.clear()
-            _WIDTHS[key] = max([1, *widths])
-        column.width = _WIDTHS[key]
+    keep = options.images == "jpeg"
+    width = _check_images(source, column, shape, options.read_budget_bytes, sized=not keep)
+    if keep:
+        column.width = width
         column.shape, column.row_shape = (source.rows,), ()
         column.dtype = np.dtype(f"S{column.width}")
         return Column(name, (), column.dtype, encoding="jpeg")
@@ -365,6 +365,49 @@ def _image_column(source: LanceSource, column: LanceColumn, options: LeWMOptions
     column.row_shape = column.image_shape
     column.shape = (source.rows, *column.image_shape)
     return Column(name, column.image_shape, np.dtype(np.uint8), image=True, encoding="jpeg")
+
+
+def _check_images(
+    source: LanceSource,
+    column: LanceColumn,
+    shape: tuple[int, int, int],
+    budget: int,
+    *,
+    sized: bool,
+) -> int:
+    """Check every JPEG of ``column`` (``sized``: all of row 0's ``shape``); the longest blob.
+
+    The schema needs the longest blob (``images="jpeg"``) before the destination exists,
+    so the column is read once here, in windows, and each window's JPEGs are checked for
+    structure at once (:func:`~episodata_lewm._jpegcheck.check_structure`; what it does
+    not cover is decoded). The write pass then only decodes or copies: nothing it reads
+    can fail but a changed file. A version's files never change, so ``read_schema`` and
+    the import share the pass (the data files' random names and sizes tell a dataset
+    written again at the same path apart).
+
+    Raises
+    ------
+    FormatError
+        A damaged JPEG, or (``sized``) one of another size; the column and the row.
+    """
+    key = (os.path.realpath(source.path), source.version, column.name, sized, *source.files)
+    if key in _CHECKED:
+        return _CHECKED[key]
+    where = source.where(column.name)
+    size = shape if sized else None
+    # a JPEG is smaller than its pixels, so these reads stay within the window
+    step = max(1, min(budget, WINDOW_BYTES) // int(np.prod(shape)))
+    longest = 1
+    for a, b in _spans(source.rows, step):
+        offsets, data = binary_buffers(column.read_arrow(a, b))
+        uncovered = check_structure(offsets, data, where, a, size)
+        if uncovered.any():  # rare: progressive or other JPEGs
+            verify_jpegs(offsets, data, np.flatnonzero(uncovered), where, a, size)
+        longest = max(longest, int(np.diff(offsets).max(initial=0)))
+    if len(_CHECKED) >= 64:
+        _CHECKED.clear()
+    _CHECKED[key] = longest
+    return longest
 
 
 def _spans(rows: int, step: int) -> list[tuple[int, int]]:
@@ -407,38 +450,15 @@ def _episode_runs(source: LanceSource) -> tuple[npt.NDArray[np.int64], npt.NDArr
     return ep_offset, ep_len
 
 
-def verify_rows(
-    source: LanceSource, layout: Layout, windows: list[Any], *, full: bool, decode: bool
-) -> None:
+def verify_rows(source: LanceSource, layout: Layout, windows: list[Any], *, full: bool) -> None:
     """The pre-pass over what the scan leaves out, so that a bad value fails before writing.
 
-    Every JPEG's structure is checked (``_jpegcheck``: markers, tables, frame and scan
-    headers, the size of a decoded column); what that check does not cover is decoded.
-    ``full``: every column the import reads, once per window (nulls, integral values);
-    otherwise the integer columns only. ``decode``: every JPEG of a decoded column is
-    decoded too (an append, which a failure half-way would leave half done). With one
-    window, what the pre-pass made is kept for the write pass, so nothing is read or
-    decoded twice.
+    ``full``: every non-image column the import reads, once per window (nulls, integral
+    values); otherwise the integer columns only. Image columns were checked whole when
+    the layout was made (:func:`_check_images`).
     """
     names = [n for n in layout.columns if full or source[n].target is not None]
-    single = len(windows) == 1
+    names = [n for n in names if source[n].encoding is None]
     for window in windows:
-        a, b = window.start, window.stop
-        for name in layout.columns:
-            column = source[name]
-            if column.encoding is not None:
-                keep = single and name in layout.roles  # the write pass reads it next
-                array = column.read_arrow(a, b)
-                offsets, data = binary_buffers(array)
-                shape = column.image_shape
-                where = source.where(name)
-                uncovered = check_structure(offsets, data, where, a, shape)
-                if uncovered.any():  # rare: progressive or other JPEGs
-                    verify_jpegs(offsets, data, np.flatnonzero(uncovered), where, a, shape)
-                if shape is None and keep:
-                    column.kept = (a, b, column.images(array, a))
-                elif shape is not None and (decode or keep):
-                    pixels = decode_jpegs(offsets, data, shape, where, a)
-                    column.kept = (a, b, pixels) if keep else None
-            elif name in names:
-                column[a:b]
+        for name in names:
+            source[name][window.start : window.stop]
