@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from episodata import Dataset
 
@@ -141,8 +140,43 @@ def test_counts_are_spelled_in_the_right_number(tmp_path):
     assert "1 episodes" not in copied.stdout + verified.stdout
 
 
-@pytest.mark.parametrize("piped", [True, False])
-def test_copy_progress_only_on_a_terminal(tmp_path, piped):
+def on_a_terminal(args: list[str], cwd: Path) -> str:
+    """Run the command with stdin, stdout and stderr on a 100-column pseudo-terminal."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    # a pty starts at 0 columns, where tqdm draws nothing
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    with subprocess.Popen(
+        [sys.executable, "-m", "episodata_core.cli", *args],
+        cwd=cwd,
+        stdout=follower,
+        stderr=follower,
+        stdin=follower,
+    ) as process:
+        os.close(follower)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        process.wait(timeout=120)
+    os.close(leader)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    return text
+
+
+def test_copy_and_import_show_progress_on_a_terminal_only(tmp_path):
+    from episodata_d4rl.sample import write_sample
+
     Dataset.from_episodes(
         [
             {
@@ -154,38 +188,19 @@ def test_copy_progress_only_on_a_terminal(tmp_path, piped):
         ],
         path=str(tmp_path / "src"),
     ).close()
-    if piped:
-        result = episodata("copy", "src", "dst", cwd=tmp_path)
-        assert "%|" not in result.stderr  # no bar when stderr is not a terminal
-        return
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    leader, follower = pty.openpty()
-    # a terminal of 100 columns (a pty starts at 0, where tqdm draws nothing)
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    with subprocess.Popen(
-        [sys.executable, "-m", "episodata_core.cli", "copy", "src", "dst"],
-        cwd=tmp_path,
-        stdout=follower,
-        stderr=follower,
-        stdin=follower,
-    ) as process:
-        os.close(follower)
-        output = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        process.wait(timeout=120)
-    os.close(leader)
-    text = output.decode(errors="replace")
-    assert process.returncode == 0, text
-    assert "100%" in text
-    assert "4/4" in text
+    write_sample(tmp_path / "sample.hdf5", episodes=5)
+    # piped: no bar at all, only the summary
+    piped = episodata("copy", "src", "dst-piped", cwd=tmp_path)
+    assert "episode/s" not in piped.stderr
+    assert "%|" not in piped.stderr
+    imported = episodata("import", "d4rl", "sample.hdf5", "imp-piped", cwd=tmp_path)
+    assert "episodes/s" not in imported.stderr
+    # on a terminal: a bar with the count, and the rate
+    copied = on_a_terminal(["copy", "src", "dst"], tmp_path)
+    assert "100%" in copied
+    assert "4/4" in copied
+    text = on_a_terminal(["import", "d4rl", "sample.hdf5", "imp"], tmp_path)
+    assert "importing d4rl: 5 episodes" in text
+    assert "episodes/s" in text
+    # --quiet: nothing on a terminal either
+    assert on_a_terminal(["import", "d4rl", "sample.hdf5", "imp-quiet", "--quiet"], tmp_path) == ""

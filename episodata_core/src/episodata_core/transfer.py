@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from episodata_core import _creation, registry
 from episodata_core._bulk import BulkWrite
 from episodata_core._options import validate_options
+from episodata_core._progress import episode_progress
 from episodata_core.dataset import Dataset
 from episodata_core.errors import FormatError
 from episodata_core.manifest import Incomplete
@@ -129,6 +130,7 @@ def import_dataset(
     destination: Dataset | str | os.PathLike[str] | None = None,
     *,
     backend: str | None = None,
+    progress: bool = False,
     **options: Any,
 ) -> tuple[Dataset, ImportReport]:
     """Import ``source`` with the importer registered as ``importer``.
@@ -136,6 +138,7 @@ def import_dataset(
     ``destination`` is a new path (created, removed again if the import fails), ``None``
     (a memory dataset) or an existing :class:`Dataset` to append to, whose schema must
     then equal the source's exactly. ``options`` go to the importer's ``Options``.
+    ``progress=True`` shows the episodes written (count, MB, MB/s) on stderr.
     Returns the dataset and the :class:`ImportReport`.
     """
     importer_cls: Any = registry.get_importer(importer)
@@ -161,7 +164,8 @@ def import_dataset(
         bulk = BulkWrite(dataset, created)
     first = dataset.num_episodes
     try:
-        result: ImportResult = plugin.import_into(source_path, dataset, opts)
+        with episode_progress(dataset, enabled=progress, action=f"importing {importer}"):
+            result: ImportResult = plugin.import_into(source_path, dataset, opts)
     except BaseException as err:
         if bulk is not None:
             bulk.fail(err)

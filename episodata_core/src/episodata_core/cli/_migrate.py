@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from episodata_core.cli._command import Verb, arg
+from episodata_core.cli._output import progress_wanted
 from episodata_core.dataset import Dataset
 from episodata_core.generations import FORMAT_GENERATION
 
@@ -22,7 +23,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         migrated = source.copy_to(
             args.destination,
             backend=args.backend or source.manifest.backend,
-            progress=not args.quiet,
+            progress=progress_wanted(args.quiet),
             resume=args.resume,
         )
         backend = migrated.manifest.backend

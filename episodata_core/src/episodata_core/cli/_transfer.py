@@ -7,6 +7,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from episodata_core.cli._command import Verb, arg
+from episodata_core.cli._output import progress_wanted
 from episodata_core.dataset import Dataset
 from episodata_core.errors import EpisodataImportWarning, SchemaError
 from episodata_core.transfer import export_datasets, import_dataset
@@ -38,7 +39,12 @@ def _cmd_import(args: argparse.Namespace) -> int:
             # the summary printed below lists every import warning with its code
             warnings.simplefilter("ignore", EpisodataImportWarning)
         dataset, report = import_dataset(
-            args.importer, args.source, args.destination, backend=args.backend, **options
+            args.importer,
+            args.source,
+            args.destination,
+            backend=args.backend,
+            progress=progress_wanted(args.quiet),
+            **options,
         )
     dataset.close()
     if not args.quiet:
