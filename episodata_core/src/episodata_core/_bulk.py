@@ -54,7 +54,8 @@ __all__ = ["BulkWrite", "Created", "copy", "create_at", "from_episodes", "incomp
 class Created:
     """What one creation made on disk, so that a failed bulk write can take it back."""
 
-    folder: Path
+    folder: Path | str
+    """The folder (a :class:`~episodata_core.location.Url` on object storage)."""
     top: Path | None
     """The topmost folder this creation made; ``None`` when ``folder`` was there before."""
 
@@ -64,21 +65,23 @@ class Created:
         Done under a writer lock of its own, so a process that has started writing
         here meanwhile keeps its files.
         """
-        lock = location.WriterLock(self.folder)
+        lock = location.writer_lock(self.folder)
         try:
             lock.acquire()
         except DatasetStateError:
             return
         try:
-            if self.top is not None:
+            if location.is_remote(self.folder):
+                location.clear_folder(self.folder)
+            elif self.top is not None:
                 shutil.rmtree(self.top)
             else:
                 location.clear_folder(self.folder)
         finally:
             lock.release()
-        if self.top is None:
+        if self.top is None and not location.is_remote(self.folder):
             with contextlib.suppress(FileNotFoundError):
-                (self.folder / location.LOCK_NAME).unlink()
+                (Path(self.folder) / location.LOCK_NAME).unlink()
 
 
 def _refuse_existing(folder: str, state: str, incomplete_ok: bool) -> None:
@@ -116,12 +119,18 @@ def create_at(
     A manifest marked incomplete (a bulk write) may also replace a dataset marked
     incomplete. Returns the dataset, holding this process's writer of the folder.
     """
-    target = Path(folder)
     replacing = manifest.incomplete is not None
-    _refuse_existing(folder, location.creation_state(target), replacing)
-    top = next((p for p in reversed([target, *target.parents]) if not p.exists()), None)
-    target.mkdir(parents=True, exist_ok=True)
-    lock = location.WriterLock(target)
+    remote = location.is_remote(folder)
+    if remote:
+        location.resolve(folder).check_writable("create a dataset at")
+    _refuse_existing(folder, location.creation_state(folder), replacing)
+    target: Path | str = folder
+    top = None
+    if not remote:
+        target = Path(folder)
+        top = next((p for p in reversed([target, *target.parents]) if not p.exists()), None)
+        target.mkdir(parents=True, exist_ok=True)
+    lock = location.writer_lock(folder)
     lock.acquire()
     dataset: Dataset | None = None
     try:

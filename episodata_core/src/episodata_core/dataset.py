@@ -93,6 +93,7 @@ class Dataset:
         *,
         backend: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Create an empty dataset.
@@ -102,11 +103,15 @@ class Dataset:
         schema
             The fields every episode has.
         path
-            A new folder to store the dataset in; ``None`` keeps it in memory.
+            A new folder or object-storage URL (``s3://bucket/prefix``, ``gs://...``) to
+            store the dataset in; ``None`` keeps it in memory.
         backend
             A registered backend name; ``"memory"`` without a path, ``"zarr"`` with one.
         metadata
             JSON-serializable dataset metadata, stored in the manifest.
+        storage_options
+            How to reach an object-storage URL (endpoint, region, anonymous, profile...;
+            see :class:`~episodata_core.location.StorageOptions`).
         **options
             The backend's options (validated by its ``Options`` model).
 
@@ -121,6 +126,8 @@ class Dataset:
         >>> schema = DatasetSchema([FieldSpec("state", shape=(3,), dtype="float32")])
         >>> dataset = Dataset.create(schema)
         """
+        if path is not None:
+            path = location.normalize(path, storage_options)
         return cls._create(schema, path, backend=backend, metadata=metadata, options=options)[0]
 
     @classmethod
@@ -183,9 +190,14 @@ class Dataset:
         *,
         read_only: bool = False,
         allow_incomplete: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Open a stored dataset; the backend comes from its ``manifest.json``.
+
+        ``path`` is a folder or an object-storage URL (``s3://``, ``gs://``, read-only
+        ``http(s)://``), reached with ``storage_options`` (see
+        :class:`~episodata_core.location.StorageOptions`).
 
         Readers never block: any number of processes can open and read a dataset. The
         writer lock is taken at the first write, and refused while another process
@@ -199,7 +211,7 @@ class Dataset:
         to finish or replace it; ``allow_incomplete=True`` opens it anyway, to look at
         what is there.
         """
-        folder = location.normalize(path)
+        folder = location.normalize(path, storage_options)
         manifest = read_manifest(folder)
         backend_cls = registry.get_backend(manifest.backend)
         if not supports_persistence(backend_cls):
@@ -229,6 +241,7 @@ class Dataset:
         backend: str | None = None,
         alignment: Alignment | None = None,
         metadata: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Create a dataset holding ``episodes`` (bulk dicts, see :meth:`add_episode`).
@@ -237,13 +250,14 @@ class Dataset:
         marked incomplete until the last episode is written, so an interrupted call
         (killed, Ctrl-C) leaves a folder that :meth:`open` refuses and that running
         this again with the same ``path`` replaces. A bad episode raises and removes
-        what this call created.
+        what this call created. ``path`` may be an object-storage URL, reached with
+        ``storage_options``.
         """
         return _bulk.from_episodes(
             cls,
             episodes,
             schema,
-            path,
+            None if path is None else location.normalize(path, storage_options),
             backend=backend,
             alignment=alignment,
             metadata=metadata,
@@ -607,8 +621,9 @@ class Dataset:
         folder = self.location
         if folder is not None:
             with self._io_lock:
-                location.write_atomic(
-                    Path(folder) / location.MANIFEST_NAME,
+                location.write_bytes(
+                    folder,
+                    location.MANIFEST_NAME,
                     self._manifest.to_json().encode(),
                     durable=durable,
                 )
@@ -693,6 +708,7 @@ class Dataset:
         backend: str | None = None,
         progress: bool = False,
         resume: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Copy every episode to a new dataset, possibly on another backend.
@@ -705,8 +721,11 @@ class Dataset:
         A stored copy is marked incomplete until it is done: an interrupted copy is
         refused by :meth:`open`, replaced by running the copy again, or finished by
         ``resume=True``, which keeps the episodes already copied (their lengths and
-        flags must match this dataset's) and copies the rest.
+        flags must match this dataset's) and copies the rest. ``path`` may be an
+        object-storage URL, reached with ``storage_options``.
         """
+        if path is not None:
+            path = location.normalize(path, storage_options)
         return _bulk.copy(
             self, path, backend=backend, progress=progress, resume=resume, options=options
         )

@@ -12,20 +12,40 @@ import fcntl
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
+from urllib.parse import urlsplit
 
-from episodata_core.errors import DatasetStateError, EpisodataError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from episodata_core.errors import DatasetStateError, EpisodataError, StorageError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from types import TracebackType
 
 __all__ = [
     "CREATING_NAME",
+    "LEASE_NAME",
     "LOCK_NAME",
     "MANIFEST_NAME",
+    "SCHEMES",
+    "KeyValue",
+    "LocalKeyValue",
+    "Location",
+    "Lock",
+    "StorageOptions",
+    "Url",
     "WriterLock",
     "clear_folder",
+    "is_remote",
+    "key_value",
+    "parse",
+    "read_bytes",
+    "resolve",
+    "writer_lock",
+    "write_bytes",
     "creation_state",
     "end_creation",
     "fsync_directory",
@@ -42,14 +62,395 @@ CREATING_NAME = ".episodata-creating"
 """Written right after the lock when a creation starts, removed once the manifest exists."""
 
 
-def normalize(location: str | os.PathLike[str]) -> str:
-    """An absolute, user-expanded path string for ``location``."""
-    text = os.fspath(location)
-    if "://" in text:
-        raise EpisodataError(
-            f"location {text!r}: URLs are not supported yet; use a local folder path"
+LEASE_NAME = ".episodata-lease.json"
+"""The writer lease of a dataset on object storage (holder, host, pid, created, expiry)."""
+
+SCHEMES = ("file", "s3", "gs", "http", "https")
+"""URL schemes a location may have; a plain path is a local folder."""
+
+Scheme = Literal["file", "s3", "gs", "http", "https"]
+
+
+class StorageOptions(BaseModel):
+    """How to reach a location on object storage (``storage_options=`` / ``--storage-option``).
+
+    Unset values come from the standard AWS variables and profiles (``AWS_ENDPOINT_URL``,
+    ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``). Local folders take none of them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str | None = Field(
+        default=None,
+        description="S3 endpoint URL (an S3-compatible server); default: AWS_ENDPOINT_URL, AWS.",
+    )
+    region: str | None = Field(
+        default=None, description="Region; default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1."
+    )
+    anonymous: bool = Field(default=False, description="Send unsigned requests (public data).")
+    profile: str | None = Field(
+        default=None, description="Profile of ~/.aws/credentials; default: AWS_PROFILE."
+    )
+    retries: int = Field(
+        default=4, ge=0, le=32, description="Retries of a failed request before the error."
+    )
+    concurrency: int = Field(default=32, ge=1, le=1024, description="Requests in flight at once.")
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Lifetime of the writer lease; renewed at a third of it while writing.",
+    )
+    cache_dir: str | None = Field(
+        default=None, description="Not supported yet: a local read-through chunk cache."
+    )
+
+    @classmethod
+    def validated(cls, options: Mapping[str, Any] | StorageOptions | None) -> StorageOptions:
+        """Validate ``options`` with errors that name the option, expected and actual."""
+        if isinstance(options, StorageOptions):
+            return options
+        try:
+            parsed = cls.model_validate(dict(options or {}))
+        except ValidationError as err:
+            problems = "; ".join(
+                f"storage option {'.'.join(str(p) for p in e['loc'])!r}: {e['msg']}"
+                + ("" if e["type"] == "extra_forbidden" else f" (got {e.get('input')!r})")
+                for e in err.errors()
+            )
+            known = ", ".join(cls.model_fields)
+            raise StorageError(f"{problems}; the storage options are: {known}") from None
+        if parsed.cache_dir is not None:
+            raise StorageError(
+                "storage option 'cache_dir': a local read-through cache is not supported yet; "
+                "leave it out (TensorStore's in-memory cache pool is used)"
+            )
+        return parsed
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed location: scheme, bucket (or host) and key prefix, and its options."""
+
+    url: str
+    """Canonical: ``s3://bucket/prefix`` without a trailing slash; a path for local ones."""
+    scheme: Scheme
+    bucket: str
+    """The bucket (``s3``, ``gs``), the ``scheme://host[:port]`` (``http(s)``), ``""`` (file)."""
+    prefix: str
+    """Key prefix inside the bucket, ``""`` or ending in ``/``; the folder for ``file``."""
+    options: StorageOptions
+
+    @property
+    def remote(self) -> bool:
+        """Whether the location is on object storage (not a local folder)."""
+        return self.scheme != "file"
+
+    @property
+    def writable(self) -> bool:
+        """Whether datasets can be written there (``http(s)`` is read-only)."""
+        return self.scheme in ("file", "s3", "gs")
+
+    def check_writable(self, what: str = "write") -> None:
+        """Raise :class:`StorageError` for read-only locations."""
+        if not self.writable:
+            raise StorageError(
+                f"cannot {what} {self.url!r}: {self.scheme}:// locations are read-only; "
+                "write to a local folder, s3:// or gs://, and publish that folder over HTTP"
+            )
+
+    def child(self, relative: str) -> str:
+        """The key of ``relative`` in this location's key-value store."""
+        return f"{self.prefix}{relative}"
+
+    def kvstore_spec(self, relative: str = "") -> dict[str, Any]:
+        """TensorStore's kvstore spec of ``relative`` (a folder ends in ``/``) in here."""
+        if self.scheme == "file":
+            return {"driver": "file", "path": str(Path(self.prefix) / relative)}
+        if self.scheme == "http" or self.scheme == "https":
+            return {"driver": "http", "base_url": f"{self.bucket}/{self.prefix}{relative}"}
+        if self.scheme == "gs":
+            return {"driver": "gcs", "bucket": self.bucket, "path": self.child(relative)}
+        spec: dict[str, Any] = {
+            "driver": "s3",
+            "bucket": self.bucket,
+            "path": self.child(relative),
+            "aws_region": self.region,
+            "aws_credentials": self.credentials_spec(),
+        }
+        endpoint = self.endpoint
+        if endpoint is not None:
+            spec["endpoint"] = endpoint
+        return spec
+
+    @property
+    def endpoint(self) -> str | None:
+        """The S3 endpoint: the option, else ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``."""
+        return (
+            self.options.endpoint
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or None
         )
-    return str(Path(text).expanduser().absolute())
+
+    @property
+    def region(self) -> str:
+        """The region: the option, else ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``us-east-1``."""
+        return (
+            self.options.region
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or "us-east-1"
+        )
+
+    def credentials_spec(self) -> dict[str, Any]:
+        """TensorStore's ``aws_credentials``: anonymous, a profile, the environment or default."""
+        if self.options.anonymous:
+            return {"type": "anonymous"}
+        profile = self.options.profile or os.environ.get("AWS_PROFILE")
+        if profile:
+            return {"type": "profile", "profile": profile}
+        if os.environ.get("AWS_ACCESS_KEY_ID"):
+            # explicit: the default chain also looks for ~/.aws files and logs when missing
+            return {"type": "environment"}
+        return {"type": "default"}
+
+    def context_spec(self) -> dict[str, Any]:
+        """TensorStore context resources of this location: bounded retries, concurrency."""
+        retries = {"max_retries": max(1, self.options.retries), "initial_delay": "50ms"}
+        retries["max_delay"] = "2s"
+        if self.scheme == "s3":
+            return {
+                "s3_request_retries": retries,
+                "s3_request_concurrency": {"limit": self.options.concurrency},
+            }
+        if self.scheme == "gs":
+            return {
+                "gcs_request_retries": retries,
+                "gcs_request_concurrency": {"limit": self.options.concurrency},
+            }
+        if self.scheme in ("http", "https"):
+            return {"http_request_retries": retries}
+        return {}
+
+
+class Url(str):
+    """A remote location as the ``str`` that the core and backends pass around.
+
+    It carries its parsed :class:`Location` (with the storage options), so a backend's
+    ``open(location, ...)`` reaches the store the caller configured.
+    """
+
+    location: Location
+
+    def __new__(cls, location: Location) -> Self:
+        made = super().__new__(cls, location.url)
+        made.location = location
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # through processes (spawned DataLoader workers) with its options
+        return (_url_from, (self.location.url, self.location.options.model_dump()))
+
+
+def _url_from(url: str, options: dict[str, Any]) -> Url:
+    parsed = parse(url, options)
+    return Url(parsed)
+
+
+def is_remote(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` names object storage (a URL other than ``file://``)."""
+    if isinstance(location, Url):
+        return True
+    text = os.fspath(location)
+    return "://" in text and not text.startswith("file://")
+
+
+def parse(
+    location: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | StorageOptions | None = None,
+) -> Location:
+    """Parse a path or URL with its storage options; errors name what is wrong."""
+    options = StorageOptions.validated(storage_options)
+    text = os.fspath(location)
+    if "://" not in text:
+        return Location(str(Path(text).expanduser().absolute()), "file", "", "", options)
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise StorageError(
+            f"location {text!r}: unknown scheme {parts.scheme + '://'!r}; expected a local "
+            "path or one of file://, s3://, gs://, http://, https://"
+        )
+    if parts.query or parts.fragment:
+        raise StorageError(f"location {text!r}: a location has no '?query' or '#fragment'")
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise StorageError(f"location {text!r}: file:// URLs name a local path")
+        folder = str(Path(parts.path).absolute())
+        return Location(folder, "file", "", "", options)
+    if not parts.netloc:
+        raise StorageError(f"location {text!r}: no bucket; expected {scheme}://BUCKET/PREFIX")
+    keys = [part for part in parts.path.split("/") if part]
+    if any(part in (".", "..") for part in keys):
+        raise StorageError(f"location {text!r}: '.' and '..' are not allowed in a URL's path")
+    prefix = "".join(f"{part}/" for part in keys)
+    if scheme in ("http", "https"):
+        bucket = f"{scheme}://{parts.netloc}"
+        url = f"{bucket}/{prefix}".rstrip("/")
+    else:
+        bucket = parts.netloc
+        url = f"{scheme}://{bucket}/{prefix}".rstrip("/")
+    if options.endpoint is not None and not options.endpoint.startswith(("http://", "https://")):
+        raise StorageError(
+            f"storage option 'endpoint': expected an http:// or https:// URL, got "
+            f"{options.endpoint!r}"
+        )
+    return Location(url, scheme, bucket, prefix, options)  # type: ignore[arg-type]
+
+
+def resolve(location: str | os.PathLike[str]) -> Location:
+    """The :class:`Location` of a string from :func:`normalize` (or any path or URL)."""
+    if isinstance(location, Url):
+        return location.location
+    return parse(location)
+
+
+def normalize(
+    location: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | StorageOptions | None = None,
+) -> str:
+    """An absolute, user-expanded path string, or a :class:`Url` for object storage.
+
+    Local folders take no storage options: passing some is an error that says so.
+    """
+    if isinstance(location, Url) and storage_options is None:
+        return location
+    parsed = parse(location, storage_options)
+    if not parsed.remote:
+        if storage_options:
+            raise StorageError(
+                f"location {parsed.url!r} is a local folder: storage options "
+                f"{sorted(dict(StorageOptions.validated(storage_options).model_dump(exclude_defaults=True)))} "
+                "apply to object storage only; leave them out"
+            )
+        return parsed.url
+    return Url(parsed)
+
+
+class KeyValue(Protocol):
+    """The small key-value interface for our own metadata (manifest, commit records, lease).
+
+    Keys are relative to the location (``"manifest.json"``, ``"commits/00000001.json"``).
+    """
+
+    def get(self, key: str) -> bytes | None:
+        """The value, or ``None`` when missing."""
+
+    def stamped(self, key: str) -> tuple[bytes | None, bytes]:
+        """The value (``None`` when missing) and a token for :meth:`put_if`."""
+
+    def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        """Replace ``key`` whole: readers see the old or the new value."""
+
+    def put_if(self, key: str, value: bytes, token: bytes | None) -> bool:
+        """Write only if ``key`` is as :meth:`stamped` saw it (``None``: absent); whether written."""
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys under ``prefix``, sorted."""
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (missing is fine)."""
+
+
+class LocalKeyValue:
+    """:class:`KeyValue` on a local folder: atomic replace (fsync + rename), ``O_EXCL``."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return inside(self.folder, key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def stamped(self, key: str) -> tuple[bytes | None, bytes]:
+        value = self.get(key)
+        return value, b"" if value is None else value
+
+    def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        target = inside(self.folder, key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, value, durable=durable)
+
+    def put_if(self, key: str, value: bytes, token: bytes | None) -> bool:
+        # one writer holds the folder's flock, so compare-then-replace cannot race here
+        current = self.get(key)
+        if (token is None and current is not None) or (token is not None and current != token):
+            return False
+        self.put(key, value)
+        return True
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = inside(self.folder, prefix) if prefix else self.folder
+        if not base.is_dir():
+            return []
+        return sorted(
+            str(path.relative_to(self.folder)) for path in base.rglob("*") if path.is_file()
+        )
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            inside(self.folder, key).unlink()
+
+
+def key_value(location: str | os.PathLike[str]) -> KeyValue:
+    """The :class:`KeyValue` of a location from :func:`normalize`."""
+    parsed = resolve(location)
+    if not parsed.remote:
+        return LocalKeyValue(parsed.url)
+    from episodata_core._objectstore import ObjectKeyValue
+
+    return ObjectKeyValue(parsed)
+
+
+def read_bytes(location: str | os.PathLike[str], name: str) -> bytes | None:
+    """The bytes of ``name`` in ``location``; ``None`` when missing."""
+    return key_value(location).get(name)
+
+
+def write_bytes(
+    location: str | os.PathLike[str], name: str, data: bytes, *, durable: bool = True
+) -> None:
+    """Replace ``name`` in ``location`` whole (atomically, durably unless told otherwise)."""
+    key_value(location).put(name, data, durable=durable)
+
+
+class Lock(Protocol):
+    """One writer at a time: :class:`WriterLock` locally, a lease on object storage."""
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+
+    def acquire(self) -> None:
+        """Take it, or raise :class:`DatasetStateError` naming the holder."""
+
+    def release(self) -> None:
+        """Give it up."""
+
+
+def writer_lock(location: str | os.PathLike[str]) -> Lock:
+    """The one-writer lock of a location: a ``flock`` locally, a lease on object storage."""
+    parsed = resolve(location)
+    if not parsed.remote:
+        return WriterLock(parsed.url)
+    parsed.check_writable()
+    from episodata_core._objectstore import Lease
+
+    return Lease(parsed)
 
 
 def fsync_directory(path: str | os.PathLike[str]) -> None:
@@ -175,6 +576,10 @@ def creation_state(folder: str | os.PathLike[str]) -> str:
     :data:`CREATING_NAME`, or nothing but the lock and the marker's temporary file) or
     ``"foreign"`` (anything else: never touched).
     """
+    if is_remote(folder):
+        from episodata_core._objectstore import creation_state as remote_state
+
+        return remote_state(resolve(folder))
     target = Path(folder)
     if not target.exists() and not target.is_symlink():
         return "absent"
@@ -200,11 +605,17 @@ def start_creation(folder: str | os.PathLike[str], operation: str) -> None:
     which is the safe side.
     """
     document = {"operation": operation, "pid": os.getpid()}
+    if is_remote(folder):
+        write_bytes(folder, CREATING_NAME, json.dumps(document).encode())
+        return
     write_json_atomic(Path(folder) / CREATING_NAME, document, durable=False)
 
 
 def end_creation(folder: str | os.PathLike[str]) -> None:
     """Remove the creation marker once the manifest exists (a no-op if it is gone)."""
+    if is_remote(folder):
+        key_value(folder).delete(CREATING_NAME)
+        return
     with contextlib.suppress(FileNotFoundError):
         os.unlink(Path(folder) / CREATING_NAME)
 
@@ -213,8 +624,14 @@ def clear_folder(folder: str | os.PathLike[str]) -> None:
     """Remove everything in ``folder`` but the writer lock, which the caller holds.
 
     Only for folders this process has just taken over (an unfinished creation or an
-    incomplete bulk write): symlinks are removed, never followed.
+    incomplete bulk write): symlinks are removed, never followed. On object storage,
+    every object under the prefix but the lease.
     """
+    if is_remote(folder):
+        from episodata_core._objectstore import clear
+
+        clear(resolve(folder))
+        return
     for entry in Path(folder).iterdir():
         if entry.name == LOCK_NAME:
             continue

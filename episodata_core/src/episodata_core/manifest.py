@@ -135,6 +135,8 @@ def read_manifest(folder: str) -> Manifest:
 
     An incomplete manifest is returned as it is; :meth:`Dataset.open` decides.
     """
+    if location.is_remote(folder):
+        return _read_remote_manifest(folder)
     path = Path(folder) / location.MANIFEST_NAME
     if not path.is_file():
         state = location.creation_state(folder)
@@ -152,15 +154,34 @@ def read_manifest(folder: str) -> Manifest:
         else:
             hint = "there is no such folder"
         raise DatasetStateError(f"cannot open {folder!r}: {hint}")
-    text = path.read_bytes()
+    return _parse(path.read_bytes(), str(path))
+
+
+def _read_remote_manifest(folder: str) -> Manifest:
+    """:func:`read_manifest` of a dataset on object storage."""
+    text = location.read_bytes(folder, location.MANIFEST_NAME)
+    if text is None:
+        if location.creation_state(folder) == "unfinished":
+            hint = (
+                "it holds a creation that was interrupted before its manifest was written; "
+                "creating a dataset (or rerunning from_episodes, copy or import) there "
+                "takes it over"
+            )
+        else:
+            hint = f"there is no {location.MANIFEST_NAME} under that prefix"
+        raise DatasetStateError(f"cannot open {folder!r}: {hint}")
+    return _parse(text, f"{folder}/{location.MANIFEST_NAME}")
+
+
+def _parse(text: bytes, where: str) -> Manifest:
     try:
         document = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SchemaError(f"{str(path)!r} is not valid JSON ({err}); the file is damaged") from err
+        raise SchemaError(f"{where!r} is not valid JSON ({err}); the file is damaged") from err
     version = document.get("format_version") if isinstance(document, dict) else None
     if isinstance(version, int) and version > FORMAT_VERSION:
         raise SchemaError(
-            f"{str(path)!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
+            f"{where!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
             f"episodata ({__version__}) reads; upgrade episodata"
         )
     try:
@@ -169,4 +190,4 @@ def read_manifest(folder: str) -> Manifest:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
         )
-        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
+        raise SchemaError(f"{where!r} is not a valid manifest: {problems}") from err

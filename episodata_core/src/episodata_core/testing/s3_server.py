@@ -132,8 +132,8 @@ def start_server(name: ServerName, folder: Path) -> S3Server:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{name}.log"
     if name == "seaweedfs":
-        port = free_port()
-        master, volume, filer = (free_port(plus=10000) for _ in range(3))
+        # every SeaweedFS server also listens for gRPC at its port + 10000
+        port, master, volume, filer = (free_port(plus=10000) for _ in range(4))
         config = folder / "s3.json"
         identity = {
             "name": "tester",
@@ -155,6 +155,9 @@ def start_server(name: ServerName, folder: Path) -> S3Server:
             f"-master.port={master}",
             f"-volume.port={volume}",
             f"-filer.port={filer}",
+            "-s3.port.iceberg=0",  # its catalogs default to fixed ports: off
+            "-s3.port.lance=0",
+            "-s3.autoCreateBucket=false",  # a missing bucket stays missing
             "-master.volumeSizeLimitMB=64",
             "-volume.max=20",
         ]

@@ -16,6 +16,7 @@ import tensorstore as ts
 
 from episodata_core.errors import EpisodataError
 from episodata_core.location import inside
+from episodata_zarr._commit import write_commit
 from episodata_zarr._confine import CheckedChunks, check_array
 from episodata_zarr._disk import chunk_file
 from episodata_zarr._layout import INDEX_PATH, IndexLayout
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
+    from episodata_core.location import Location
+    from episodata_zarr._commit import CommitRecord
     from episodata_zarr._layout import FieldLayout
     from episodata_zarr._options import ZarrOptions
 
@@ -47,8 +50,11 @@ class Arrays:
         layouts: Mapping[str, FieldLayout],
         index_layout: IndexLayout,
         options: ZarrOptions,
+        remote: Location | None = None,
     ) -> None:
         self.folder = folder
+        self.remote = remote
+        """Where the arrays are on object storage; ``None``: in ``folder``."""
         self.layouts = layouts
         self.index_layout = index_layout
         self.options = options
@@ -56,13 +62,18 @@ class Arrays:
         self.data: dict[str, Any] = {}
         self.chunks: dict[str, int] = {}  # rows per decoded chunk of each data array
         self.index: Any = None
-        self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
+        # chunk files seen not to link outside (object stores have no links)
+        self.checked: CheckedChunks | _NoLinks = (
+            CheckedChunks(folder) if remote is None else _NoLinks()
+        )
         self.durable_folders: set[str] = set()  # chunk folders whose entries were synced
 
     def new_context(self) -> Any:
         """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
+        remote = {} if self.remote is None else self.remote.context_spec()
         return ts.Context(
             {
+                **remote,
                 "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
                 # folds sync their chunks before the commit record that relies on them
                 "file_io_sync": self.options.fsync,
@@ -75,9 +86,13 @@ class Arrays:
 
     def spec(self, path: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
+        if self.remote is None:
+            kvstore = {"driver": "file", "path": f"{check_array(self.folder, path)}/"}
+        else:
+            kvstore = self.remote.kvstore_spec(f"{path}/")
         spec: dict[str, Any] = {
             "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": f"{check_array(self.folder, path)}/"},
+            "kvstore": kvstore,
             # a reopened handle revalidates what was cached before: that is how readers
             # see chunks a fold rewrote
             "recheck_cached_data": "open",
@@ -143,10 +158,22 @@ class Arrays:
 
     def read_document(self, path: str) -> dict[str, Any]:
         """The parsed ``zarr.json`` of the node at ``path``."""
-        file = inside(self.folder, f"{path}/zarr.json")
+        if self.remote is not None:
+            from episodata_core.location import key_value
+
+            file: Any = f"{self.remote.url}/{path}/zarr.json"
+            data = key_value(self.remote.url).get(f"{path}/zarr.json")
+            if data is None:
+                raise EpisodataError(f"{file}: missing (the dataset is damaged)")
+        else:
+            file = inside(self.folder, f"{path}/zarr.json")
+            try:
+                data = file.read_bytes()
+            except OSError as err:
+                raise EpisodataError(f"{file}: cannot be read as Zarr metadata ({err})") from err
         try:
-            document = json.loads(file.read_bytes())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+            document = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise EpisodataError(f"{file}: cannot be read as Zarr metadata ({err})") from err
         if not isinstance(document, dict):
             raise EpisodataError(f"{file}: Zarr metadata must be a JSON object")
@@ -210,8 +237,18 @@ class Arrays:
                 first_id = int(sorted_ids[run_ids[0]])
                 result(index[first_id : first_id + len(run_ids)].write(matrix[run_ids]), where)
         result(transaction.commit_async(), where)
-        if self.options.fsync:
+        if self.options.fsync and self.remote is None:
             self._sync_folders(blocks, ids)
+
+    def publish(self, record: CommitRecord) -> None:
+        """Publish the commit record that makes what was written visible (see ``_fold``)."""
+        if self.remote is None:
+            write_commit(self.folder, record, durable=self.options.fsync)
+            return
+        from episodata_core.location import key_value
+        from episodata_zarr._objects import write_remote_commit
+
+        write_remote_commit(key_value(self.remote.url), self.remote, record)
 
     def _sync_folders(self, blocks: Sequence[Block], ids: Sequence[int]) -> None:
         """Sync the folders above the chunks just written, so their names survive power loss.
@@ -245,6 +282,16 @@ class Arrays:
             result(future, f"cannot trim the arrays of {str(self.folder)!r}")
         if futures:
             self.open()
+
+
+class _NoLinks:
+    """:class:`CheckedChunks` on object storage, where no key can link anywhere."""
+
+    def check_ranges(self, path: str, handle: Any, lo: Any, hi: Any) -> None:
+        """Nothing to check."""
+
+    def check_rows(self, path: str, handle: Any, rows: Any) -> None:
+        """Nothing to check."""
 
 
 def _fsync(folder: str) -> None:

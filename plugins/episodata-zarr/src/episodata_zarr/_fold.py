@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_zarr._commit import write_commit
 from episodata_zarr._layout import FORMAT_VERSION
 
 if TYPE_CHECKING:
@@ -112,8 +111,9 @@ def fold(
     for key, handle in arrays.data.items():
         # writes never follow a link out of the folder either (an appended stranger)
         arrays.checked.check_ranges(layouts[key].path, handle, firsts, ends)
-    # before anything is written: the writes merge into chunks that hold committed rows
-    guard.check(arrays, record, rows=rows, entries=ids)
+    if arrays.remote is None:
+        # before anything is written: the writes merge into chunks that hold committed rows
+        guard.check(arrays, record, rows=rows, entries=ids)
     log.sync()
     arrays.grow(rows, episodes)
     arrays.write(blocks, ids, np.concatenate(entries))
@@ -125,9 +125,10 @@ def fold(
             "rows": rows,
         }
     )
-    write_commit(arrays.folder, new, durable=arrays.options.fsync)
+    arrays.publish(new)
     # committed: memory follows, and the log forgets what the arrays now hold
-    guard.remember(arrays, new, ongoing=sorted(tail.ongoing))
+    if arrays.remote is None:
+        guard.remember(arrays, new, ongoing=sorted(tail.ongoing))
     for episode, entry in extra_entries:
         index.store(episode, entry)
     folded = [episode for episode, _ in logged]

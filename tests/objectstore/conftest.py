@@ -1,0 +1,55 @@
+"""Fixtures of the object-storage tests: real S3 servers on loopback, one bucket per test.
+
+Each server (SeaweedFS, moto) starts once per session; every object-storage test runs
+against both. Credentials reach the code under test through the standard AWS
+variables, set for the test only (``monkeypatch``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+from episodata_core.testing.s3_server import SERVERS, S3Server, start_server
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+_BUCKETS = itertools.count()
+
+
+@pytest.fixture(scope="session", params=SERVERS)
+def s3_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = start_server(request.param, tmp_path_factory.mktemp(request.param))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Bucket:
+    """A fresh bucket on a running server, with the AWS variables set for this test."""
+
+    server: S3Server
+    name: str
+
+    def url(self, prefix: str = "data") -> str:
+        return f"s3://{self.name}/{prefix}"
+
+    @property
+    def options(self) -> dict[str, object]:
+        return {"endpoint": self.server.endpoint, "retries": 2}
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
+    for name, value in s3_server.environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    name = f"test-{next(_BUCKETS)}"
+    s3_server.create_bucket(name)
+    return Bucket(s3_server, name)
