@@ -22,7 +22,9 @@ _BUCKETS = itertools.count()
 
 
 @pytest.fixture(scope="session", params=SERVERS)
-def s3_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+def s3_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[S3Server]:
     server = start_server(request.param, tmp_path_factory.mktemp(request.param))
     try:
         yield server

@@ -17,6 +17,7 @@ TensorStore is imported inside functions only: ``import episodata`` stays light.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Lease", "ObjectKeyValue", "clear", "creation_state", "storage_error"]
 
+# what TensorStore raises for a failed request (a status code maps to one of these)
+_FAILURES = (ValueError, RuntimeError, OSError, TimeoutError)
 _ABSENT = b"\x02"  # TensorStore's generation of a missing key (StorageGeneration::NoValue)
 
 
@@ -86,14 +89,14 @@ class ObjectKeyValue:
             spec = self.location.kvstore_spec()
             try:
                 self._store = ts.KvStore.open(spec, context=context).result()
-            except Exception as err:
+            except _FAILURES as err:
                 raise storage_error(self.location, "open", err) from None
         return self._store
 
     def _wait(self, future: Any, what: str) -> Any:
         try:
             return future.result()
-        except Exception as err:
+        except _FAILURES as err:
             raise storage_error(self.location, what, err) from None
 
     def get(self, key: str) -> bytes | None:
@@ -117,9 +120,7 @@ class ObjectKeyValue:
         """A conditional write (``None`` deletes); the new token, or ``None`` when refused."""
         self.location.check_writable()
         condition = _ABSENT if token is None else token
-        stamp = self._wait(
-            self.store.write(key, value, if_equal=condition), f"write {key} to"
-        )
+        stamp = self._wait(self.store.write(key, value, if_equal=condition), f"write {key} to")
         generation = bytes(stamp.generation)
         return generation if generation else None
 
@@ -266,10 +267,8 @@ class Lease:
         with self._lock:
             token, self._token = self._token, None
         if token is not None:
-            try:
+            with contextlib.suppress(StorageError):  # else the lease expires by itself
                 self._store.put_stamped(LEASE_NAME, None, token)
-            except StorageError:
-                pass  # the lease expires by itself
 
     def __enter__(self) -> Self:
         self.acquire()

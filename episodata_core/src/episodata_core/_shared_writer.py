@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from episodata_core.location import Lock
-
     from episodata_core.manifest import Manifest
     from episodata_core.protocols import StorageBackend
 

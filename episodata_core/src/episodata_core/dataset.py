@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np

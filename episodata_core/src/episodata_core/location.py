@@ -39,21 +39,21 @@ __all__ = [
     "Url",
     "WriterLock",
     "clear_folder",
-    "is_remote",
-    "key_value",
-    "parse",
-    "read_bytes",
-    "resolve",
-    "writer_lock",
-    "write_bytes",
     "creation_state",
     "end_creation",
     "fsync_directory",
     "inside",
+    "is_remote",
+    "key_value",
     "normalize",
+    "parse",
+    "read_bytes",
+    "resolve",
     "start_creation",
     "write_atomic",
+    "write_bytes",
     "write_json_atomic",
+    "writer_lock",
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -245,11 +245,13 @@ class Url(str):
     location: Location
 
     def __new__(cls, location: Location) -> Self:
+        """The URL of ``location``, carrying it."""
         made = super().__new__(cls, location.url)
         made.location = location
         return made
 
     def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its options."""
         # through processes (spawned DataLoader workers) with its options
         return (_url_from, (self.location.url, self.location.options.model_dump()))
 
@@ -371,21 +373,25 @@ class LocalKeyValue:
         self.folder = Path(folder)
 
     def get(self, key: str) -> bytes | None:
+        """See :class:`KeyValue`."""
         try:
             return inside(self.folder, key).read_bytes()
         except FileNotFoundError:
             return None
 
     def stamped(self, key: str) -> tuple[bytes | None, bytes]:
+        """See :class:`KeyValue`."""
         value = self.get(key)
         return value, b"" if value is None else value
 
     def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        """See :class:`KeyValue`."""
         target = inside(self.folder, key)
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, value, durable=durable)
 
     def put_if(self, key: str, value: bytes, token: bytes | None) -> bool:
+        """See :class:`KeyValue`."""
         # one writer holds the folder's flock, so compare-then-replace cannot race here
         current = self.get(key)
         if (token is None and current is not None) or (token is not None and current != token):
@@ -394,6 +400,7 @@ class LocalKeyValue:
         return True
 
     def list(self, prefix: str = "") -> list[str]:
+        """See :class:`KeyValue`."""
         base = inside(self.folder, prefix) if prefix else self.folder
         if not base.is_dir():
             return []
@@ -402,6 +409,7 @@ class LocalKeyValue:
         )
 
     def delete(self, key: str) -> None:
+        """See :class:`KeyValue`."""
         with contextlib.suppress(FileNotFoundError):
             inside(self.folder, key).unlink()
 

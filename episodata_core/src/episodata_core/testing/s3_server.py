@@ -182,7 +182,9 @@ def start_server(name: ServerName, folder: Path) -> S3Server:
         except (OSError, RuntimeError, urllib.error.URLError):
             if time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"{name} did not serve S3 within {_START_TIMEOUT} s; see {log}")
+                raise RuntimeError(
+                    f"{name} did not serve S3 within {_START_TIMEOUT} s; see {log}"
+                ) from None
             time.sleep(0.25)
         else:
             return server

@@ -30,12 +30,6 @@ from episodata_core.schema import DatasetSchema
 from episodata_zarr._adopt import adopt
 from episodata_zarr._arrays import Arrays
 from episodata_zarr._commit import CommitRecord, read_commit, write_commit
-from episodata_zarr._objects import (
-    prune_commits,
-    read_remote_commit,
-    remove_staging,
-    staging_folder,
-)
 from episodata_zarr._confine import check_files
 from episodata_zarr._disk import ChunkGuard, remove_leftovers
 from episodata_zarr._fold import fold
@@ -52,6 +46,12 @@ from episodata_zarr._layout import (
 )
 from episodata_zarr._log import LOG_NAME, Block, EpisodeLog, LogEntry
 from episodata_zarr._manifest import check_manifest
+from episodata_zarr._objects import (
+    prune_commits,
+    read_remote_commit,
+    remove_staging,
+    staging_folder,
+)
 from episodata_zarr._options import worker_share
 from episodata_zarr._reads import gather_rows, read_rows, result
 from episodata_zarr._table import EpisodeIndex, check_entries
@@ -138,9 +138,7 @@ class ZarrStore:
             remote.check_writable("create a dataset at")
             folder = staging_folder()
             # the core's lease and creation marker are dotfiles, its manifest comes later
-            leftovers = sorted(
-                key for key in kv.list() if not key.split("/")[-1].startswith(".")
-            )
+            leftovers = sorted(key for key in kv.list() if not key.split("/")[-1].startswith("."))
         else:
             folder = Path(location)
             folder.mkdir(parents=True, exist_ok=True)
@@ -257,7 +255,9 @@ class ZarrStore:
                 json.loads(root_bytes)["attributes"]["episodata"]["schema"]
             )
         except (ValueError, KeyError, TypeError) as err:
-            raise EpisodataError(f"{where.url}/zarr.json: no valid episodata schema ({err})") from err
+            raise EpisodataError(
+                f"{where.url}/zarr.json: no valid episodata schema ({err})"
+            ) from err
         store = cls(
             staging_folder(),
             schema,

@@ -13,6 +13,8 @@ runs there as:
    written only if it does not exist yet (a conditional write), so two writers can never
    both commit one generation;
 3. readers list ``commits/`` and pin the newest valid record until they ``refresh()``.
+   A copy of it is then written to ``commit.json``, for stores that cannot list
+   (``http(s)://``: a dataset published on a web server) and readers without episodata.
 
 The episode log cannot live on object storage (SQLite needs a local file): a writer
 keeps it in a local staging folder, and on object storage an episode is durable once a
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from episodata_core.errors import DatasetStateError, EpisodataError
 from episodata_zarr._commit import parse_commit
+from episodata_zarr._layout import COMMIT_NAME
 
 if TYPE_CHECKING:
     from episodata_core.location import KeyValue, Location
@@ -54,7 +57,15 @@ def commit_key(generation: int) -> str:
 
 
 def read_remote_commit(kv: KeyValue, location: Location) -> CommitRecord:
-    """The newest commit record under ``commits/``; errors name the object."""
+    """The newest commit record under ``commits/`` (``commit.json`` over HTTP)."""
+    if location.scheme in ("http", "https"):
+        data = kv.get(COMMIT_NAME)
+        if data is None:
+            raise EpisodataError(
+                f"{location.url}/{COMMIT_NAME} is missing: the location is not a Zarr "
+                "episodata dataset"
+            )
+        return parse_commit(data, f"{location.url}/{COMMIT_NAME}")
     keys = [key for key in kv.list(COMMITS) if key.endswith(".json")]
     if not keys:
         raise EpisodataError(
@@ -73,11 +84,13 @@ def write_remote_commit(kv: KeyValue, location: Location, record: CommitRecord) 
     import json
 
     key = commit_key(record.generation)
-    if not kv.put_if(key, json.dumps(record.document()).encode(), None):
+    document = json.dumps(record.document()).encode()
+    if not kv.put_if(key, document, None):
         raise DatasetStateError(
             f"{location.url}/{key} was committed by another writer meanwhile (this writer's "
             "lease had expired); nothing of this commit counts. Open the dataset again"
         )
+    kv.put(COMMIT_NAME, document)
 
 
 def prune_commits(kv: KeyValue, keep: int = _KEEP) -> None:
