@@ -18,7 +18,8 @@ from episodata_core.testing.s3_server import SERVERS, S3Server, start_server
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-_BUCKETS = itertools.count()
+_BUCKET = "episodata-tests"
+_PREFIXES = itertools.count()
 
 
 @pytest.fixture(scope="session", params=SERVERS)
@@ -34,13 +35,18 @@ def s3_server(
 
 @dataclass
 class Bucket:
-    """A fresh bucket on a running server, with the AWS variables set for this test."""
+    """A bucket on a running server and a prefix of this test's own in it.
+
+    SeaweedFS grows several volumes per bucket, so the tests share one bucket per
+    server and each takes a fresh prefix.
+    """
 
     server: S3Server
     name: str
+    prefix: str
 
-    def url(self, prefix: str = "data") -> str:
-        return f"s3://{self.name}/{prefix}"
+    def url(self, name: str = "data") -> str:
+        return f"s3://{self.name}/{self.prefix}/{name}"
 
     @property
     def options(self) -> dict[str, object]:
@@ -52,6 +58,6 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
     for name, value in s3_server.environment.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    name = f"test-{next(_BUCKETS)}"
-    s3_server.create_bucket(name)
-    return Bucket(s3_server, name)
+    if _BUCKET not in s3_server.buckets:
+        s3_server.create_bucket(_BUCKET)
+    return Bucket(s3_server, _BUCKET, f"test-{next(_PREFIXES)}")

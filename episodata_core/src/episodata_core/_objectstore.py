@@ -61,7 +61,8 @@ def storage_error(location: Location, what: str, error: BaseException) -> Storag
             "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or the profile "
             "storage option, or anonymous=true for public data"
         )
-    if "retry attempts failed" in lowered or "could not connect" in lowered or "curl" in lowered:
+    unreachable = ("could not connect", "couldn't connect", "failed to connect", "resolve host")
+    if any(word in lowered for word in unreachable):
         tries = location.options.retries
         return StorageError(
             f"cannot {what} {url!r}: {where} cannot be reached (gave up after {tries} "
@@ -69,7 +70,7 @@ def storage_error(location: Location, what: str, error: BaseException) -> Storag
             "server runs"
         )
     first = text.splitlines()[0] if text else type(error).__name__
-    return StorageError(f"cannot {what} {url!r}: {first}")
+    return StorageError(f"cannot {what} {url!r}: {where} answered: {first}")
 
 
 class ObjectKeyValue:

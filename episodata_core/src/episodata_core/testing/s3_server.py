@@ -159,7 +159,7 @@ def start_server(name: ServerName, folder: Path) -> S3Server:
             "-s3.port.lance=0",
             "-s3.autoCreateBucket=false",  # a missing bucket stays missing
             "-master.volumeSizeLimitMB=64",
-            "-volume.max=20",
+            "-volume.max=200",  # volumes are grown per bucket (collection), several at once
         ]
     else:
         port = free_port()
