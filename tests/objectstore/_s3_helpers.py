@@ -54,3 +54,8 @@ def assert_same_episodes(actual: Dataset, expected: Dataset) -> None:
 def oracle(items: list[dict[str, Any]]) -> Dataset:
     """The same episodes in memory: the memory backend is the reference."""
     return Dataset.from_episodes(items, SCHEMA)
+
+
+def big_episode(number: int) -> dict[str, Any]:
+    """Episode ``number`` of the kill tests: 300 to 700 steps, from its number alone."""
+    return episode(1000 + number, 300 + (number * 37) % 400)

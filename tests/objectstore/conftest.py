@@ -61,3 +61,20 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
     if _BUCKET not in s3_server.buckets:
         s3_server.create_bucket(_BUCKET)
     return Bucket(s3_server, _BUCKET, f"test-{next(_PREFIXES)}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the moto runs of modules with ``SLOW_ON_MOTO = True`` as slow.
+
+    Their SeaweedFS runs stay in the default run; together they keep its cost to about
+    a minute on a two-core machine.
+    """
+    for item in items:
+        module = getattr(item, "module", None)
+        callspec = getattr(item, "callspec", None)
+        if (
+            getattr(module, "SLOW_ON_MOTO", False)
+            and callspec is not None
+            and callspec.params.get("s3_server") == "moto"
+        ):
+            item.add_marker(pytest.mark.slow)
