@@ -46,8 +46,10 @@ __all__ = [
     "is_remote",
     "key_value",
     "normalize",
+    "options_from_pairs",
     "parse",
     "read_bytes",
+    "remote_options",
     "resolve",
     "start_creation",
     "write_atomic",
@@ -312,8 +314,32 @@ def parse(
     return Location(url, scheme, bucket, prefix, options)  # type: ignore[arg-type]
 
 
-def resolve(location: str | os.PathLike[str]) -> Location:
+def options_from_pairs(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--storage-option key=value`` arguments as a dict (validated later, by name)."""
+    if not pairs:
+        return None
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise StorageError(
+                f"--storage-option {pair!r}: expected KEY=VALUE, e.g. endpoint=http://host:9000"
+            )
+        options[key.strip()] = value.strip()
+    return options
+
+
+def remote_options(
+    location: str | os.PathLike[str], options: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """``options`` if ``location`` is on object storage, else ``None`` (for CLI verbs)."""
+    return options if is_remote(location) else None
+
+
+def resolve(location: str | os.PathLike[str] | Location) -> Location:
     """The :class:`Location` of a string from :func:`normalize` (or any path or URL)."""
+    if isinstance(location, Location):
+        return location
     if isinstance(location, Url):
         return location.location
     return parse(location)
@@ -414,7 +440,7 @@ class LocalKeyValue:
             inside(self.folder, key).unlink()
 
 
-def key_value(location: str | os.PathLike[str]) -> KeyValue:
+def key_value(location: str | os.PathLike[str] | Location) -> KeyValue:
     """The :class:`KeyValue` of a location from :func:`normalize`."""
     parsed = resolve(location)
     if not parsed.remote:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core import registry
+from episodata_core import location, registry
 from episodata_core.cli._command import Command, arg, table
 from episodata_core.dataset import Dataset
 from episodata_core.errors import EpisodataError
@@ -70,7 +70,7 @@ def describe(dataset: Dataset) -> str:
             f"steps: {int(steps.sum())} transitions (episode length min {int(steps.min())}, "
             f"mean {float(steps.mean()):.1f}, max {int(steps.max())})"
         )
-    if dataset.location is not None:
+    if dataset.location is not None and not location.is_remote(dataset.location):
         size, files = folder_size(dataset.location)
         lines.append(f"on disk: {_bytes(size)} in {files} files")
     lines.append("")
@@ -102,7 +102,9 @@ def describe(dataset: Dataset) -> str:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     # an incomplete dataset is described too; its "incomplete:" line says what happened
-    dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
+    dataset = Dataset.open(
+        args.path, read_only=True, allow_incomplete=True, storage_options=_options(args, args.path)
+    )
     try:
         print(describe(dataset))
     finally:
@@ -112,7 +114,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     try:
-        dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
+        dataset = Dataset.open(
+            args.path,
+            read_only=True,
+            allow_incomplete=True,
+            storage_options=_options(args, args.path),
+        )
     except EpisodataError as err:
         print(f"DAMAGED {args.path}: {err}")
         return 1
@@ -143,10 +150,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
-    source = Dataset.open(args.source, read_only=True)
+    source = Dataset.open(args.source, read_only=True, storage_options=_options(args, args.source))
     try:
         copy = source.copy_to(
             args.destination,
+            storage_options=_options(args, args.destination),
             backend=args.backend,
             progress=not args.quiet,
             resume=args.resume,
@@ -159,18 +167,31 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace, where: str) -> Any:
+    """The ``--storage-option`` pairs, for a location on object storage."""
+    pairs = location.options_from_pairs(getattr(args, "storage_option", None))
+    return location.remote_options(where, pairs)
+
+
+_STORAGE_OPTION = arg(
+    "--storage-option",
+    action="append",
+    metavar="KEY=VALUE",
+    help="how to reach s3:// or gs:// locations (endpoint, region, anonymous, profile...); repeat",
+)
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "info",
         help="describe a stored dataset: schema, counts, sizes, backend, provenance",
         run=_cmd_info,
-        arguments=(arg("path", help="dataset folder"),),
+        arguments=(arg("path", help="dataset folder or URL"), _STORAGE_OPTION),
     ),
     Command(
         "verify",
         help="check a dataset against the checksums recorded when it was written",
         run=_cmd_verify,
-        arguments=(arg("path", help="dataset folder"),),
+        arguments=(arg("path", help="dataset folder or URL"), _STORAGE_OPTION),
         description=(
             "Check the manifest, the index and every stored checksum. Prints one line per "
             "damaged file, chunk or episode; exit code 1 when anything is damaged."
@@ -190,6 +211,7 @@ COMMANDS: tuple[Command, ...] = (
                 help="finish an interrupted copy into DESTINATION, keeping what it copied",
             ),
             arg("-q", "--quiet", action="store_true", help="no progress bar"),
+            _STORAGE_OPTION,
         ),
         description=(
             "Copy a dataset to a new path, possibly on another backend, keeping episode ids, "

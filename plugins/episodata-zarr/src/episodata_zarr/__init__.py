@@ -132,7 +132,8 @@ class ZarrBackend:
     @property
     def location(self) -> str:
         """The dataset folder, or its URL on object storage."""
-        return str(getattr(self._store, "location", self._store.folder))
+        where = getattr(self._store, "location", None)
+        return where if isinstance(where, str) else str(self._store.folder)
 
     def episode_table(self) -> EpisodeTable:
         """Lengths and flags of every episode; views valid until the next change."""

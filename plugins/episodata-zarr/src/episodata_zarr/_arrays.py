@@ -162,7 +162,7 @@ class Arrays:
             from episodata_core.location import key_value
 
             file: Any = f"{self.remote.url}/{path}/zarr.json"
-            data = key_value(self.remote.url).get(f"{path}/zarr.json")
+            data = key_value(self.remote).get(f"{path}/zarr.json")
             if data is None:
                 raise EpisodataError(f"{file}: missing (the dataset is damaged)")
         else:
@@ -248,7 +248,7 @@ class Arrays:
         from episodata_core.location import key_value
         from episodata_zarr._objects import write_remote_commit
 
-        write_remote_commit(key_value(self.remote.url), self.remote, record)
+        write_remote_commit(key_value(self.remote), self.remote, record)
 
     def _sync_folders(self, blocks: Sequence[Block], ids: Sequence[int]) -> None:
         """Sync the folders above the chunks just written, so their names survive power loss.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import DatasetStateError, EpisodataError
-from episodata_core.location import key_value, resolve
+from episodata_core.location import Url, key_value, resolve
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._adopt import adopt
 from episodata_zarr._arrays import Arrays
@@ -240,7 +240,7 @@ class ZarrStore:
         """:meth:`open` on object storage: the newest commit record, pinned."""
         if writable:
             where.check_writable("write to")
-        kv = key_value(where.url)
+        kv = key_value(where)
         record = read_remote_commit(kv, where)
         root_bytes = kv.get("zarr.json")
         if root_bytes is None:
@@ -276,14 +276,14 @@ class ZarrStore:
 
     @property
     def location(self) -> str:
-        """The dataset's URL on object storage, or its folder."""
-        return str(self.folder) if self.remote is None else self.remote.url
+        """The dataset's URL on object storage (a ``Url``, with its options), or its folder."""
+        return str(self.folder) if self.remote is None else Url(self.remote)
 
     def read_record(self) -> CommitRecord:
         """The newest commit record (``commit.json``, or the newest of ``commits/``)."""
         if self.remote is None:
             return read_commit(self.folder)
-        return read_remote_commit(key_value(self.remote.url), self.remote)
+        return read_remote_commit(key_value(self.remote), self.remote)
 
     def load_index(self, record: CommitRecord, first: int = 0) -> None:
         """Read ``record``'s index entries from episode ``first`` on; adopt ``record``."""
@@ -656,7 +656,7 @@ class ZarrStore:
             self.log.close()
             if self.remote is not None:
                 if self.writable:
-                    prune_commits(key_value(self.remote.url))
+                    prune_commits(key_value(self.remote))
                 remove_staging(self.folder)
         self.closed = True
         self.arrays.close()

@@ -68,7 +68,7 @@ def _read(store: ZarrStore, relative: str) -> bytes:
         return (store.folder / relative).read_bytes()
     from episodata_core.location import key_value
 
-    data = key_value(store.remote.url).get(relative)
+    data = key_value(store.remote).get(relative)
     if data is None:
         raise FileNotFoundError(f"no object {relative!r}")
     return data
