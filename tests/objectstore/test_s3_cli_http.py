@@ -53,7 +53,7 @@ def web_root(tmp_path):
     root.mkdir()
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format, *args):  # noqa: A002
+        def log_message(self, format, *args):
             pass
 
     server = http.server.ThreadingHTTPServer(

@@ -734,6 +734,11 @@ class Dataset:
         folder = self.location
         if folder is None:
             return self
+        if location.is_remote(folder):
+            # the manifest in memory: a fork()ed DataLoader worker must not reach object
+            # storage through TensorStore itself (the backend reads through a helper)
+            store = type(self._backend).open(folder, self._backend_options(), writable=False)  # type: ignore[attr-defined]
+            return Dataset(store, self._manifest, read_only=True)
         # this handle has it open already, incomplete or not
         return Dataset.open(folder, read_only=True, allow_incomplete=True)
 

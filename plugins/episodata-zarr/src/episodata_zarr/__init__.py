@@ -121,7 +121,10 @@ class ZarrBackend:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))
             from episodata_zarr._forked import RemoteStore
 
-            return cls(RemoteStore(Path(location), opened))
+            from episodata_core.location import is_remote
+
+            where = location if is_remote(location) else Path(location)
+            return cls(RemoteStore(where, opened))
         return cls(_impl.ZarrStore.open(os.fspath(location), opened, writable=writable))
 
     @property

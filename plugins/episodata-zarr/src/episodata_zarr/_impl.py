@@ -390,7 +390,7 @@ class ZarrStore:
             from episodata_zarr._forked import ForkedReader
 
             options = worker_share(self.options).model_dump(mode="json")
-            reader = ForkedReader(str(self.folder), options)
+            reader = ForkedReader(self.location, options)
             self.helper = (os.getpid(), reader)
         return self.helper[1]
 
