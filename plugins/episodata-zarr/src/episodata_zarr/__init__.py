@@ -119,9 +119,8 @@ class ZarrBackend:
         if os.getpid() != _impl.LOADED_IN:
             if writable:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))
-            from episodata_zarr._forked import RemoteStore
-
             from episodata_core.location import is_remote
+            from episodata_zarr._forked import RemoteStore
 
             where = location if is_remote(location) else Path(location)
             return cls(RemoteStore(where, opened))

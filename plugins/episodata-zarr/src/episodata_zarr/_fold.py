@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from episodata_zarr._commit import write_commit
 from episodata_zarr._layout import FORMAT_VERSION
 
 if TYPE_CHECKING:
@@ -125,7 +126,10 @@ def fold(
             "rows": rows,
         }
     )
-    arrays.publish(new)
+    if arrays.remote is None:
+        write_commit(arrays.folder, new, durable=arrays.options.fsync)
+    else:
+        arrays.publish(new)  # a new generation-numbered object, conditionally
     # committed: memory follows, and the log forgets what the arrays now hold
     if arrays.remote is None:
         guard.remember(arrays, new, ongoing=sorted(tail.ongoing))

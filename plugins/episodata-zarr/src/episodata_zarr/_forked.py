@@ -272,9 +272,8 @@ def _answer(backend: ZarrBackend, header: dict[str, Any], arrays: dict[str, Any]
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The helper's loop: open the dataset, then answer requests until the pipe closes."""
-    from episodata_zarr import ZarrBackend, ZarrOptions
-
     from episodata_core.location import normalize
+    from episodata_zarr import ZarrBackend, ZarrOptions
 
     header, _ = _receive(source)
     try:
