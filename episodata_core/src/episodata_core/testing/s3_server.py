@@ -79,6 +79,7 @@ class S3Server:
     process: subprocess.Popen[bytes]
     folder: Path
     log: Path
+    command: list[str] = field(default_factory=list)
     buckets: list[str] = field(default_factory=list)
 
     @property
@@ -101,6 +102,19 @@ class S3Server:
     def alive(self) -> bool:
         """Whether the process still runs."""
         return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the server at once: a server that stops in the middle of a request."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(_STOP_TIMEOUT)
+
+    def restart(self) -> None:
+        """Start the stopped server again on the same ports and files; wait until it serves."""
+        if self.alive():
+            raise RuntimeError(f"{self.name} still runs; stop or kill it first")
+        self.process = _launch(self.command, self.folder, self.log)
+        _wait_serving(self)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a timeout; waits for the process to end."""
@@ -164,15 +178,26 @@ def start_server(name: ServerName, folder: Path) -> S3Server:
     else:
         port = free_port()
         command = [_binary("moto_server"), "-H", "127.0.0.1", "-p", str(port)]
-    with open(log, "wb") as output:
-        process = subprocess.Popen(
+    process = _launch(command, folder, log)
+    server = S3Server(name, f"http://127.0.0.1:{port}", process, folder, log, command)
+    _wait_serving(server)
+    return server
+
+
+def _launch(command: list[str], folder: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as output:
+        return subprocess.Popen(
             command,
             cwd=folder,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() reaches its children
         )
-    server = S3Server(name, f"http://127.0.0.1:{port}", process, folder, log)
+
+
+def _wait_serving(server: S3Server) -> None:
+    """Poll until a bucket can be created; the server is stopped if it never serves."""
+    name, log = server.name, server.log
     deadline = time.monotonic() + _START_TIMEOUT
     while True:
         if not server.alive():
@@ -187,7 +212,7 @@ def start_server(name: ServerName, folder: Path) -> S3Server:
                 ) from None
             time.sleep(0.25)
         else:
-            return server
+            return
 
 
 def _signed_request(endpoint: str, method: str, path: str) -> int:

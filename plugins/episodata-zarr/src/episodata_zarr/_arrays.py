@@ -55,6 +55,8 @@ class Arrays:
         self.folder = folder
         self.remote = remote
         """Where the arrays are on object storage; ``None``: in ``folder``."""
+        self.name = str(folder) if remote is None else remote.url
+        """The dataset's folder or URL, for messages."""
         self.layouts = layouts
         self.index_layout = index_layout
         self.options = options
@@ -117,7 +119,7 @@ class Arrays:
             ts.open(self.spec(INDEX_PATH, self.index_layout.metadata(0)), context=self.context)
         )
         for future in futures:
-            result(future, f"cannot create arrays in {str(self.folder)!r}")
+            result(future, f"cannot create arrays in {self.name!r}")
 
     def open(self) -> None:
         """(Re)open every handle; checks what the arrays hold against the layout."""
@@ -197,7 +199,7 @@ class Arrays:
             size = _capacity(self.index.shape[0], episodes, 1024)
             pending.append((None, _resize(self.index, size, grow=True)))
         for target, future in pending:
-            handle = result(future, f"cannot resize arrays in {str(self.folder)!r}")
+            handle = result(future, f"cannot resize arrays in {self.name!r}")
             if target is None:
                 self.index = handle
             else:
@@ -212,7 +214,7 @@ class Arrays:
         of microseconds however small, and short episodes are many.
         """
         transaction = ts.Transaction()
-        where = f"cannot write to {str(self.folder)!r}"
+        where = f"cannot write to {self.name!r}"
         for key, layout in self.layouts.items():
             handle = self.data[key].with_transaction(transaction)
             run: list[npt.NDArray[Any]] = []
@@ -279,7 +281,7 @@ class Arrays:
         targets.append((self.index, episodes))
         futures = [_resize(h, n, grow=False) for h, n in targets if h.shape[0] > n]
         for future in futures:
-            result(future, f"cannot trim the arrays of {str(self.folder)!r}")
+            result(future, f"cannot trim the arrays of {self.name!r}")
         if futures:
             self.open()
 

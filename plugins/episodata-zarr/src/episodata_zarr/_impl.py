@@ -370,15 +370,15 @@ class ZarrStore:
     def check(self, *, write: bool = False) -> None:
         """Refuse use after close, writes to a read-only open, writes in a forked child."""
         if self.closed:
-            raise DatasetStateError(f"the Zarr dataset {str(self.folder)!r} is closed")
+            raise DatasetStateError(f"the Zarr dataset {self.arrays.name!r} is closed")
         if write and not self.writable:
             raise DatasetStateError(
-                f"the Zarr dataset {str(self.folder)!r} was opened read-only; writes go "
+                f"the Zarr dataset {self.arrays.name!r} was opened read-only; writes go "
                 "through Dataset, which reopens it writable under the writer lock"
             )
         if write and _THIS_PROCESS[0] != self.pid:
             raise DatasetStateError(
-                f"the Zarr dataset {str(self.folder)!r} was opened in process {self.pid} and "
+                f"the Zarr dataset {self.arrays.name!r} was opened in process {self.pid} and "
                 "inherited through fork(); write from the process that opened it"
             )
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import EpisodataError
+from episodata_core.errors import EpisodataError, StorageError
 from episodata_core.protocols import GatherRequest
 from episodata_zarr._gather import ReadPlan, plan_reads
 
@@ -31,6 +31,14 @@ def result(future: Any, what: str) -> Any:
     try:
         return future.result()
     except (ValueError, OSError) as err:
+        text = str(err)
+        if "CURL error" in text or "retry attempts failed" in text:
+            # object storage that cannot be reached (or keeps failing): one clear line
+            first = text.splitlines()[0] if text else type(err).__name__
+            raise StorageError(
+                f"{what}: the object store cannot be reached or keeps failing, after the "
+                f"retries of the storage options ({first}); nothing more was committed"
+            ) from None
         raise EpisodataError(f"{what}: {err}") from err
 
 
