@@ -17,6 +17,7 @@ replaces and a copy with ``resume=True`` finishes.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import shutil
@@ -38,7 +39,7 @@ from episodata_core.schema import DatasetSchema
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from pydantic import BaseModel
 
@@ -415,6 +416,29 @@ def _finish_copied(source: Dataset, target: Dataset) -> int:
     return count
 
 
+_READ_AHEAD = 16
+"""Episodes read concurrently ahead of a copy from object storage, where every read is
+a round trip: one at a time, a copy S3 -> local ran at a tenth of TensorStore's speed."""
+
+
+def _read_ahead(read: Any, indexes: range, *, remote: bool) -> Iterator[Any]:
+    """``read(i)`` for each index in order; from object storage, a few in flight at once."""
+    if not remote:
+        for index in indexes:
+            yield read(index)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="episodata-copy") as pool:
+        pending: collections.deque[Any] = collections.deque()
+        for index in indexes:
+            pending.append(pool.submit(read, index))
+            if len(pending) >= _READ_AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _copy_from(
     source: Dataset, target: Dataset, start: int, progress: bool, bulk: BulkWrite
 ) -> None:
@@ -433,11 +457,15 @@ def _copy_from(
             pending, pending_bytes = [], 0
             bulk.progress()
 
-    for index in progress_bar(
-        range(start, count), enabled=progress, what="episodes", action="copying"
-    ):
+    def read(index: int) -> Any:
         fields = [key for key in keys if key not in table.present or table.present[key][index]]
-        rows = source.backend.read_rows(index, 0, int(table.length[index]) + 1, fields)
+        return source.backend.read_rows(index, 0, int(table.length[index]) + 1, fields)
+
+    for index, rows in zip(
+        progress_bar(range(start, count), enabled=progress, what="episodes", action="copying"),
+        _read_ahead(read, range(start, count), remote=location.is_remote(source.location or "")),
+        strict=True,
+    ):
         if table.ongoing[index]:
             # ids are kept by writing in order: the batch before this episode goes first
             write_pending()
