@@ -139,9 +139,7 @@ def main() -> None:
         server.create_bucket("bench")
         url = "s3://bench/w3"
         local_path = str(work / "local")
-        Dataset.from_episodes(
-            _episodes(args.episodes, args.steps, 0), SCHEMA, local_path
-        ).close()
+        Dataset.from_episodes(_episodes(args.episodes, args.steps, 0), SCHEMA, local_path).close()
         local = Dataset.open(local_path, read_only=True)
         size = _nbytes(local) / 1e6
         started = time.perf_counter()
@@ -164,13 +162,25 @@ def main() -> None:
         for key, values in local_first.buffers.items():
             np.testing.assert_array_equal(s3_first.buffers[key], values, err_msg=key)
         rows = [
-            ("W3 warm batches/s (L=32, B=64)", f"{local_rate:.1f}", f"{s3_rate:.1f}",
-             f"{s3_rate / local_rate:.2f}x (target >= 0.5x)"),
+            (
+                "W3 warm batches/s (L=32, B=64)",
+                f"{local_rate:.1f}",
+                f"{s3_rate:.1f}",
+                f"{s3_rate / local_rate:.2f}x (target >= 0.5x)",
+            ),
             ("W3 first batch, incl. open (s)", f"{local_latency:.3f}", f"{s3_latency:.3f}", ""),
-            ("copy local -> S3 (MB/s)", f"TensorStore {size / ts_write:.1f}", f"{up:.1f}",
-             f"{up / (size / ts_write):.2f}x (target >= 0.5x)"),
-            ("copy S3 -> local (MB/s)", f"TensorStore {size / ts_read:.1f}", f"{down:.1f}",
-             f"{down / (size / ts_read):.2f}x (target >= 0.5x)"),
+            (
+                "copy local -> S3 (MB/s)",
+                f"TensorStore {size / ts_write:.1f}",
+                f"{up:.1f}",
+                f"{up / (size / ts_write):.2f}x (target >= 0.5x)",
+            ),
+            (
+                "copy S3 -> local (MB/s)",
+                f"TensorStore {size / ts_read:.1f}",
+                f"{down:.1f}",
+                f"{down / (size / ts_read):.2f}x (target >= 0.5x)",
+            ),
         ]
         print(f"dataset: {args.episodes} episodes x {args.steps} steps, {size:.1f} MB of arrays")
         print(f"{'measure':34} {'local / ceiling':>20} {'S3':>10}  ratio")

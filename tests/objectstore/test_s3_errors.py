@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 from _s3_helpers import SCHEMA, episodes
 
-from episodata_core import location
+from episodata_core import _shared_writer, location
 from episodata_core._objectstore import Lease, ObjectKeyValue
 from episodata_core.dataset import Dataset
 from episodata_core.errors import DatasetStateError, StorageError
@@ -125,3 +128,30 @@ def test_a_damaged_object_is_named_by_verify(bucket):
     opened.close()
     assert len(problems) == 1
     assert f"{bucket.url()}/{chunk} (rows 0-" in problems[0]
+
+
+def test_a_writer_whose_lease_expired_and_was_taken_over_writes_nothing(bucket):
+    from episodata_core import _objectstore
+
+    options = {**bucket.options, "lease_seconds": 1.0}
+    items = episodes(4)
+    writer = Dataset.create(SCHEMA, bucket.url(), storage_options=options)
+    writer.add_episodes(items[:2])
+    writer.flush()
+    # the writer stalls (its renewals stop) past its lease; another writer takes over
+    stalled = _objectstore._HELD[bucket.url()]
+    stalled._stop.set()
+    time.sleep(1.1)
+    take_over = (
+        "import json, sys; from episodata_core import location; "
+        "from episodata_core._objectstore import Lease; "
+        "Lease(location.parse(sys.argv[1], json.loads(sys.argv[2]))).acquire()"
+    )
+    subprocess.run([sys.executable, "-c", take_over, bucket.url(), json.dumps(options)], check=True)
+    writer.add_episodes(items[2:])
+    with pytest.raises(DatasetStateError, match="lease was lost"):
+        writer.flush()
+    _shared_writer.abandon(bucket.url())
+    reader = Dataset.open(bucket.url(), storage_options=options, read_only=True)
+    assert reader.num_episodes == 2  # nothing of the stalled writer's later work counts
+    reader.close()

@@ -34,7 +34,32 @@ if TYPE_CHECKING:
 
     from episodata_core.location import Location
 
-__all__ = ["Lease", "ObjectKeyValue", "clear", "creation_state", "storage_error"]
+__all__ = [
+    "Lease",
+    "ObjectKeyValue",
+    "check_lease",
+    "clear",
+    "creation_state",
+    "storage_error",
+]
+
+_HELD: dict[str, Lease] = {}
+"""This process's live leases by URL, so that a backend can check before it writes."""
+_MARGIN = 0.2
+"""A writer stops writing data once less than this fraction of its lease is left."""
+
+
+def check_lease(url: str) -> None:
+    """Raise :class:`DatasetStateError` if this process's lease on ``url`` is lost or ending.
+
+    Object stores have no fencing: a writer whose lease expired while it was paused could
+    overwrite the chunks of the writer that took over. Every fold checks first, so only a
+    writer that still holds its lease, with a margin, writes data.
+    """
+    lease = _HELD.get(url)
+    if lease is not None:
+        lease.check()
+
 
 # what TensorStore raises for a failed request (a status code maps to one of these)
 _FAILURES = (ValueError, RuntimeError, OSError, TimeoutError)
@@ -175,6 +200,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost = False
+        self._expiry = 0.0
 
     @property
     def held(self) -> bool:
@@ -223,6 +249,8 @@ class Lease:
                 "time. Open it with read_only=True to read"
             )
         self._token = written
+        self._expiry = time.time() + self.seconds
+        _HELD[self.location.url] = self
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._renew_loop, name="episodata-lease", daemon=True
@@ -250,9 +278,12 @@ class Lease:
                 self._stop.set()
             else:
                 self._token = written
+                self._expiry = time.time() + self.seconds
 
     def check(self) -> None:
-        """Raise :class:`DatasetStateError` unless the lease is held (before a commit)."""
+        """Raise :class:`DatasetStateError` unless the lease is held, with a margin left."""
+        if self._token is not None and time.time() > self._expiry - _MARGIN * self.seconds:
+            self.renew()  # the renewal thread fell behind (a busy machine): try now
         if self.lost or self._token is None:
             raise DatasetStateError(
                 f"{self.location.url!r}: this writer's lease was lost (it expired and another "
@@ -265,6 +296,8 @@ class Lease:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        if _HELD.get(self.location.url) is self:
+            del _HELD[self.location.url]
         with self._lock:
             token, self._token = self._token, None
         if token is not None:

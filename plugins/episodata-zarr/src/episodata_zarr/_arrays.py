@@ -188,6 +188,17 @@ class Arrays:
 
     # -- writes ---------------------------------------------------------------------------
 
+    def check_writer(self) -> None:
+        """On object storage, refuse to write unless this process still holds the lease.
+
+        Object stores have no fencing: a writer whose lease expired while it stalled
+        would overwrite the chunks of the writer that took over.
+        """
+        if self.remote is not None:
+            from episodata_core._objectstore import check_lease
+
+            check_lease(self.remote.url)
+
     def grow(self, rows: int, episodes: int) -> None:
         """Resize the arrays (metadata only) so that ``rows`` data rows and ``episodes`` fit."""
         pending: list[tuple[str | None, Any]] = []

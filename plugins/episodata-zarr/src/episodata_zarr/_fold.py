@@ -115,6 +115,7 @@ def fold(
     if arrays.remote is None:
         # before anything is written: the writes merge into chunks that hold committed rows
         guard.check(arrays, record, rows=rows, entries=ids)
+    arrays.check_writer()
     log.sync()
     arrays.grow(rows, episodes)
     arrays.write(blocks, ids, np.concatenate(entries))
