@@ -23,7 +23,10 @@ _WRITER = Path(__file__).with_name("_s3_writer.py")
 
 
 def _run_until(mode: str, url: str, options: dict, word: str, count: int) -> int:
-    """Start a writer, SIGKILL it once it printed ``word N`` with N >= count; the last N."""
+    """Start a writer, SIGKILL it once it printed ``word N`` with N >= count.
+
+    Returns the last N it printed before it died.
+    """
     child = subprocess.Popen(
         [sys.executable, str(_WRITER), mode, url, json.dumps(options)],
         stdout=subprocess.PIPE,
@@ -47,6 +50,10 @@ def _run_until(mode: str, url: str, options: dict, word: str, count: int) -> int
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         if child.stdout is not None:
+            # what it printed before the kill but this process had not read yet
+            for line in child.stdout.read().splitlines():
+                if line.startswith(word):
+                    last = int(line.split()[1])
             child.stdout.close()
     return last
 
