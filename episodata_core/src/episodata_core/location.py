@@ -169,7 +169,7 @@ class Location:
     def kvstore_spec(self, relative: str = "") -> dict[str, Any]:
         """TensorStore's kvstore spec of ``relative`` (a folder ends in ``/``) in here."""
         if self.scheme == "file":
-            return {"driver": "file", "path": str(Path(self.prefix) / relative)}
+            return {"driver": "file", "path": f"{self.url}/{relative}"}
         if self.scheme == "http" or self.scheme == "https":
             return {"driver": "http", "base_url": f"{self.bucket}/{self.prefix}{relative}"}
         if self.scheme == "gs":
