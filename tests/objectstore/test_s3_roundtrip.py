@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from _s3_helpers import SCHEMA, assert_same_episodes, episode, episodes, oracle
 
 from episodata_core.dataset import Dataset
@@ -83,3 +84,41 @@ def test_sampling_over_s3_matches_local(bucket, tmp_path):
         np.testing.assert_array_equal(got.mask, want.mask)
     local.close()
     opened.close()
+
+
+def _record(writer, item):
+    live = writer.new_episode({"state": item["initial_observation"]["state"]})
+    for t in range(len(item["actions"])):
+        live.add_step(
+            {
+                "actions": item["actions"][t],
+                "rewards": item["rewards"][t],
+                "observations": {"state": item["observations"]["state"][t]},
+            }
+        )
+    return live
+
+
+def test_an_ongoing_episode_below_finalized_ones_is_read_once_it_ends(bucket):
+    from episodata_core.errors import DatasetStateError
+
+    items = episodes(2)
+    writer = Dataset.create(SCHEMA, bucket.url(), storage_options=bucket.options)
+    first, second = _record(writer, items[0]), _record(writer, items[1])
+    second.end(terminated=items[1]["terminated"])
+    writer.flush()
+    reader = Dataset.open(bucket.url(), storage_options=bucket.options, read_only=True)
+    assert reader.num_episodes == 2
+    keys = list(SCHEMA.qualified_keys)
+    rows = reader.backend.read_rows(1, 0, len(items[1]["actions"]) + 1, keys)
+    want = oracle(items).backend.read_rows(1, 0, len(items[1]["actions"]) + 1, keys)
+    for key in keys:
+        np.testing.assert_array_equal(rows[key], want[key])
+    with pytest.raises(DatasetStateError, match="staging log until it ends"):
+        reader.backend.read_rows(0, 0, 1, keys)
+    first.end(terminated=items[0]["terminated"])
+    writer.flush()
+    reader.refresh()
+    assert_same_episodes(reader, oracle(items))
+    writer.close()
+    reader.close()

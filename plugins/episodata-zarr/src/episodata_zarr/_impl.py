@@ -596,9 +596,10 @@ class ZarrStore:
         record = self.read_record()
         if record.generation != self.record.generation:
             self.adopt_record(record)
-        elif not self.log.changed():
+        elif self.remote is not None or not self.log.changed():
             return
-        self.adopt_snapshot()
+        if self.remote is None:  # on object storage the log is the writer's, local to it
+            self.adopt_snapshot()
 
     def adopt_record(self, record: CommitRecord) -> None:
         """A reader moves to a newer commit record: arrays, index, what left the tail."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import EpisodataError, StorageError
+from episodata_core.errors import DatasetStateError, EpisodataError, StorageError
 from episodata_core.protocols import GatherRequest
 from episodata_zarr._gather import ReadPlan, plan_reads
 
@@ -42,6 +42,20 @@ def result(future: Any, what: str) -> Any:
         raise EpisodataError(f"{what}: {err}") from err
 
 
+def _ongoing(store: ZarrStore, episode: int) -> Any:
+    """The rows of an ongoing episode; on object storage, only its writer has them."""
+    state = store.tail.ongoing.get(episode)
+    if state is None and store.remote is not None:
+        raise DatasetStateError(
+            f"episode {episode} of {store.location!r} is ongoing: on object storage its "
+            "rows stay in the writer's local staging log until it ends and the writer "
+            "flushes; refresh() and read it then"
+        )
+    if state is None:
+        raise DatasetStateError(f"episode {episode} is ongoing and not in the episode log")
+    return state
+
+
 def _in_memory(store: ZarrStore, base: int) -> bool:
     """Whether an episode starting at row ``base`` (-1: ongoing) is read from the tail."""
     return base < 0 or store.tail.holds(base)
@@ -51,7 +65,7 @@ def read_rows(store: ZarrStore, episode: int, start: int, stop: int, fields: Seq
     """Rows ``[start, stop)`` of one episode: from the tail, or one read per field."""
     base = int(store.index.row_start.data[episode])
     if base < 0:
-        state = store.tail.ongoing[episode]
+        state = _ongoing(store, episode)
         out = {}
         for key in fields:
             view = state.view(key)[start:stop]
@@ -241,7 +255,7 @@ def _gather_memory(
         episode = int(request.episodes[b])
         start, count = int(request.starts[b]), int(request.counts[b])
         offset = int(request.offsets[b])
-        state = store.tail.ongoing[episode]
+        state = _ongoing(store, episode)
         for key in request.fields:
             target = out[key]
             if key not in state.data:
