@@ -12,7 +12,8 @@ source's class, never by importing it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import collections
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -26,7 +27,8 @@ from episodata_core.protocols import EpisodeRows
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from concurrent.futures import Future
 
     from episodata_core._creation import Created
     from episodata_core.dataset import Dataset
@@ -154,6 +156,31 @@ def _finish_copied(source: Dataset, target: Dataset) -> int:
     return count
 
 
+T = TypeVar("T")
+
+_READ_AHEAD = 16
+"""Episodes read concurrently ahead of a copy from object storage, where every read is
+a round trip: one at a time, a copy S3 -> local ran at a tenth of TensorStore's speed."""
+
+
+def _read_ahead(read: Callable[[int], T], indexes: Iterable[int], *, remote: bool) -> Iterator[T]:
+    """``read(i)`` for each index in order; from object storage, a few in flight at once."""
+    if not remote:
+        for index in indexes:
+            yield read(index)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="episodata-copy") as pool:
+        pending: collections.deque[Future[T]] = collections.deque()
+        for index in indexes:
+            pending.append(pool.submit(read, index))
+            if len(pending) >= _READ_AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _copy_from(
     source: Dataset, target: Dataset, start: int, progress: bool, bulk: BulkWrite
 ) -> None:
@@ -173,9 +200,8 @@ def _copy_from(
         flags = bool(table.terminated[index]), bool(table.truncated[index])
         return index, EpisodeRows(rows, terminated=flags[0], truncated=flags[1])
 
-    episodes = map(
-        read, progress_bar(range(start, count), enabled=progress, what="episodes", action="copying")
-    )
+    indexes = progress_bar(range(start, count), enabled=progress, what="episodes", action="copying")
+    episodes = _read_ahead(read, indexes, remote=location.is_remote(source.location or ""))
     for batch in batched_by_bytes(
         episodes,
         batch_bytes(target.backend),

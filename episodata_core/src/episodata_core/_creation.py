@@ -39,14 +39,23 @@ if TYPE_CHECKING:
     from episodata_core.protocols import PersistentBackend, StorageBackend
     from episodata_core.registry import PluginKind
 
-__all__ = ["Created", "create", "create_at", "incomplete_error", "open_at", "take_writer"]
+__all__ = [
+    "Created",
+    "create",
+    "create_at",
+    "incomplete_error",
+    "open_at",
+    "reopen_remote",
+    "take_writer",
+]
 
 
 @dataclass(frozen=True)
 class Created:
     """What one creation made on disk, so that a failed bulk write can take it back."""
 
-    folder: Path
+    folder: Path | str
+    """The folder (a :class:`~episodata_core.location.Url` on object storage)."""
     top: Path | None
     """The topmost folder this creation made; ``None`` when ``folder`` was there before."""
 
@@ -56,21 +65,23 @@ class Created:
         Done under a writer lock of its own, so a process that has started writing
         here meanwhile keeps its files.
         """
-        lock = location.WriterLock(self.folder)
+        lock = location.writer_lock(self.folder)
         try:
             lock.acquire()
         except DatasetStateError:
             return
         try:
-            if self.top is not None:
+            if location.is_remote(self.folder):
+                location.clear_folder(self.folder)
+            elif self.top is not None:
                 shutil.rmtree(self.top)
             else:
                 location.clear_folder(self.folder)
         finally:
             lock.release()
-        if self.top is None:
+        if self.top is None and not location.is_remote(self.folder):
             with contextlib.suppress(FileNotFoundError):
-                (self.folder / location.LOCK_NAME).unlink()
+                (Path(self.folder) / location.LOCK_NAME).unlink()
 
 
 def create(
@@ -159,13 +170,19 @@ def create_at(
     A manifest marked incomplete (a bulk write) may also replace a dataset marked
     incomplete. Returns the dataset, holding this process's writer of the folder.
     """
-    target = Path(folder)
     operation = "create" if manifest.incomplete is None else manifest.incomplete.operation
     replacing = manifest.incomplete is not None
-    _refuse_existing(folder, location.creation_state(target), replacing)
-    top = next((p for p in reversed([target, *target.parents]) if not p.exists()), None)
-    target.mkdir(parents=True, exist_ok=True)
-    lock = location.WriterLock(target)
+    remote = location.is_remote(folder)
+    if remote:
+        location.resolve(folder).check_writable("create a dataset at")
+    _refuse_existing(folder, location.creation_state(folder), replacing)
+    target: Path | str = folder
+    top = None
+    if not remote:
+        target = Path(folder)
+        top = next((p for p in reversed([target, *target.parents]) if not p.exists()), None)
+        target.mkdir(parents=True, exist_ok=True)
+    lock = location.writer_lock(folder)
     lock.acquire()
     dataset: Dataset | None = None
     try:
@@ -227,6 +244,26 @@ def open_at(
         return cls(writer.backend, writer.manifest, writer=writer)
     backend = backend_cls.open(folder, opts, writable=False, schema=manifest.schema)
     return cls(backend, manifest, read_only=read_only)
+
+
+def reopen_remote(
+    cls: type[Dataset], folder: str, backend: StorageBackend, manifest: Manifest
+) -> Dataset:
+    """A read-only handle on a dataset on object storage, from the manifest in memory.
+
+    A fork()ed DataLoader worker must not reach object storage through TensorStore
+    itself (the backend reads through a helper), so nothing is read here.
+    """
+    backend_cls = type(backend)
+    if not supports_persistence(backend_cls):
+        raise SchemaError(f"{folder!r}: backend {manifest.backend!r} cannot open stored datasets")
+    options = validate_options(
+        backend_cls,
+        dict(manifest.backend_options),
+        f"{folder!r}: backend {manifest.backend!r} option",
+    )
+    reopened = backend_cls.open(folder, options, writable=False, schema=manifest.schema)
+    return cls(reopened, manifest, read_only=True)
 
 
 def incomplete_error(

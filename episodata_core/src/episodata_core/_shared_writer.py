@@ -17,11 +17,12 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from episodata_core.location import WriterLock
+from episodata_core.location import is_remote, writer_lock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from episodata_core.location import Lock
     from episodata_core.manifest import Manifest
     from episodata_core.protocols import StorageBackend
 
@@ -34,6 +35,8 @@ _WRITERS: dict[str, SharedWriter] = {}
 
 
 def _key(folder: str | os.PathLike[str]) -> str:
+    if is_remote(folder):
+        return str(folder)
     # one folder reached through a symlink or a relative path is still one folder
     return os.path.realpath(folder)
 
@@ -42,7 +45,7 @@ class SharedWriter:
     """The writable backend, writer lock and io lock of one folder in this process."""
 
     def __init__(
-        self, folder: str, lock: WriterLock, backend: StorageBackend, manifest: Manifest
+        self, folder: str, lock: Lock, backend: StorageBackend, manifest: Manifest
     ) -> None:
         self.key = _key(folder)
         self.lock = lock
@@ -88,7 +91,7 @@ def open_writer(
         existing = find_writer(folder)
         if existing is not None:
             return existing
-        lock = WriterLock(folder)
+        lock = writer_lock(folder)
         lock.acquire()
         try:
             backend = open_backend()
@@ -99,7 +102,7 @@ def open_writer(
 
 
 def register_writer(
-    folder: str, lock: WriterLock, backend: StorageBackend, manifest: Manifest
+    folder: str, lock: Lock, backend: StorageBackend, manifest: Manifest
 ) -> SharedWriter:
     """Share a lock and backend that the caller opened (a creation); lease it at once."""
     writer = SharedWriter(folder, lock, backend, manifest)

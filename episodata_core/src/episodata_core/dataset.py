@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from episodata_core import _bulk, _copy, _creation, _shared_writer, hooks
+from episodata_core import _bulk, _copy, _creation, _shared_writer, hooks, location
 from episodata_core._access import DatasetAccess
 from episodata_core.episode import Episode
 from episodata_core.errors import ArgumentError, DatasetStateError
@@ -77,6 +77,7 @@ class Dataset:
         *,
         backend: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Create an empty dataset.
@@ -86,11 +87,15 @@ class Dataset:
         schema
             The fields every episode has.
         path
-            A new folder to store the dataset in; ``None`` keeps it in memory.
+            A new folder or object-storage URL (``s3://bucket/prefix``, ``gs://...``) to
+            store the dataset in; ``None`` keeps it in memory.
         backend
             A registered backend name; ``"memory"`` without a path, ``"zarr"`` with one.
         metadata
             JSON-serializable dataset metadata, stored in the manifest.
+        storage_options
+            How to reach an object-storage URL (endpoint, region, anonymous, profile...;
+            see :class:`~episodata_core.location.StorageOptions`).
         **options
             The backend's options (validated by its ``Options`` model).
 
@@ -105,6 +110,8 @@ class Dataset:
         >>> schema = DatasetSchema([FieldSpec("state", shape=(3,), dtype="float32")])
         >>> dataset = Dataset.create(schema)
         """
+        if path is not None:
+            path = location.normalize(path, storage_options)
         return _creation.create(
             cls, schema, path, backend=backend, metadata=metadata, options=options
         )[0]
@@ -116,9 +123,14 @@ class Dataset:
         *,
         read_only: bool = False,
         allow_incomplete: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Open a stored dataset; the backend comes from its ``manifest.json``.
+
+        ``path`` is a folder or an object-storage URL (``s3://``, ``gs://``, read-only
+        ``http(s)://``), reached with ``storage_options`` (see
+        :class:`~episodata_core.location.StorageOptions`).
 
         Readers never block: any number of processes can open and read a dataset. The
         writer lock is taken at the first write, and refused while another process
@@ -133,7 +145,11 @@ class Dataset:
         what is there.
         """
         return _creation.open_at(
-            cls, path, read_only=read_only, allow_incomplete=allow_incomplete, options=options
+            cls,
+            location.normalize(path, storage_options),
+            read_only=read_only,
+            allow_incomplete=allow_incomplete,
+            options=options,
         )
 
     @classmethod
@@ -146,6 +162,7 @@ class Dataset:
         backend: str | None = None,
         alignment: Alignment | None = None,
         metadata: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Create a dataset holding ``episodes`` (bulk dicts, see :meth:`add_episode`).
@@ -154,13 +171,14 @@ class Dataset:
         marked incomplete until the last episode is written, so an interrupted call
         (killed, Ctrl-C) leaves a folder that :meth:`open` refuses and that running
         this again with the same ``path`` replaces. A bad episode raises and removes
-        what this call created.
+        what this call created. ``path`` may be an object-storage URL, reached with
+        ``storage_options``.
         """
         return _bulk.from_episodes(
             cls,
             episodes,
             schema,
-            path,
+            None if path is None else location.normalize(path, storage_options),
             backend=backend,
             alignment=alignment,
             metadata=metadata,
@@ -557,6 +575,7 @@ class Dataset:
         backend: str | None = None,
         progress: bool = False,
         resume: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Dataset:
         """Copy every episode to a new dataset, possibly on another backend.
@@ -569,8 +588,11 @@ class Dataset:
         A stored copy is marked incomplete until it is done: an interrupted copy is
         refused by :meth:`open`, replaced by running the copy again, or finished by
         ``resume=True``, which keeps the episodes already copied (their lengths and
-        flags must match this dataset's) and copies the rest.
+        flags must match this dataset's) and copies the rest. ``path`` may be an
+        object-storage URL, reached with ``storage_options``.
         """
+        if path is not None:
+            path = location.normalize(path, storage_options)
         return _copy.copy_dataset(
             self, path, backend=backend, progress=progress, resume=resume, options=options
         )
@@ -580,6 +602,8 @@ class Dataset:
         folder = self.location
         if folder is None:
             return self
+        if location.is_remote(folder):
+            return _creation.reopen_remote(type(self), folder, self.backend, self._manifest)
         # this handle has it open already, incomplete or not
         return Dataset.open(folder, read_only=True, allow_incomplete=True)
 

@@ -26,6 +26,7 @@ __all__ = [
     "PluginError",
     "PluginNotFoundError",
     "SchemaError",
+    "StorageError",
 ]
 
 
@@ -93,6 +94,10 @@ class PartialFileError(FormatError):
 
 class IntegrityError(EpisodataError, ValueError):
     """Stored bytes do not match their recorded checksum."""
+
+
+class StorageError(EpisodataError, OSError):
+    """A storage location cannot be reached or used (bucket, credentials, endpoint, scheme)."""
 
 
 class NonFiniteError(EpisodataError, ValueError):

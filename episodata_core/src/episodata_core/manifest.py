@@ -144,23 +144,32 @@ def read_manifest(folder: str) -> Manifest:
     An incomplete manifest is returned as it is; :meth:`Dataset.open` decides. A manifest
     of a newer format generation is refused with a message that says to upgrade.
     """
-    path = Path(folder) / location.MANIFEST_NAME
+    where = _manifest_place(folder)
     document = read_manifest_document(folder)
-    check_generation(document, repr(str(path)))
+    check_generation(document, repr(where))
     try:
         return Manifest.model_validate(document)
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in err.errors()
         )
-        raise SchemaError(f"{str(path)!r} is not a valid manifest: {problems}") from err
+        raise SchemaError(f"{where!r} is not a valid manifest: {problems}") from err
+
+
+def _manifest_place(folder: str) -> str:
+    if location.is_remote(folder):
+        return f"{folder}/{location.MANIFEST_NAME}"
+    return str(Path(folder) / location.MANIFEST_NAME)
 
 
 def read_manifest_document(folder: str) -> dict[str, Any]:
-    """``manifest.json`` of a dataset folder as parsed JSON, not yet validated.
+    """``manifest.json`` of a dataset folder (or object-storage prefix) as parsed JSON.
 
-    Missing or damaged files and a ``format_version`` newer than this code's raise.
+    Not yet validated. Missing or damaged files and a ``format_version`` newer than this
+    code's raise.
     """
+    if location.is_remote(folder):
+        return _parse(_read_remote_manifest(folder), _manifest_place(folder))
     path = Path(folder) / location.MANIFEST_NAME
     if not path.is_file():
         state = location.creation_state(folder)
@@ -178,31 +187,50 @@ def read_manifest_document(folder: str) -> dict[str, Any]:
         else:
             hint = "there is no such folder"
         raise DatasetStateError(f"cannot open {folder!r}: {hint}")
-    text = path.read_bytes()
+    return _parse(path.read_bytes(), str(path))
+
+
+def _read_remote_manifest(folder: str) -> bytes:
+    """The bytes of ``manifest.json`` of a dataset on object storage."""
+    text = location.read_bytes(folder, location.MANIFEST_NAME)
+    if text is None:
+        if location.creation_state(folder) == "unfinished":
+            hint = (
+                "it holds a creation that was interrupted before its manifest was written; "
+                "creating a dataset (or rerunning from_episodes, copy or import) there "
+                "takes it over"
+            )
+        else:
+            hint = f"there is no {location.MANIFEST_NAME} under that prefix"
+        raise DatasetStateError(f"cannot open {folder!r}: {hint}")
+    return text
+
+
+def _parse(text: bytes, where: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SchemaError(f"{str(path)!r} is not valid JSON ({err}); the file is damaged") from err
+        raise SchemaError(f"{where!r} is not valid JSON ({err}); the file is damaged") from err
     version = document.get("format_version") if isinstance(document, dict) else None
     if isinstance(version, int) and version > FORMAT_VERSION:
         raise SchemaError(
-            f"{str(path)!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
+            f"{where!r} has format_version {version}, newer than the {FORMAT_VERSION} this "
             f"episodata ({__version__}) reads; upgrade episodata"
         )
     if not isinstance(document, dict):
         raise SchemaError(
-            f"{str(path)!r} is not a valid manifest: expected a JSON object, got "
+            f"{where!r} is not a valid manifest: expected a JSON object, got "
             f"{type(document).__name__}; the file is damaged"
         )
     return document
 
 
 def write_manifest(folder: str, manifest: Manifest, *, durable: bool = True) -> None:
-    """Replace ``manifest.json`` of a dataset folder atomically.
+    """Replace ``manifest.json`` of a dataset folder (or object-storage prefix) atomically.
 
     ``durable=False`` skips the fsyncs: the file survives a crash of this process, not a
     power loss (for records that only need the former).
     """
-    location.write_atomic(
-        Path(folder) / location.MANIFEST_NAME, manifest.to_json().encode(), durable=durable
+    location.write_bytes(
+        folder, location.MANIFEST_NAME, manifest.to_json().encode(), durable=durable
     )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core import registry
+from episodata_core import location, registry
 from episodata_core.cli._command import Verb, arg, table
 from episodata_core.cli._output import counted, progress_wanted
 from episodata_core.dataset import Dataset
@@ -75,7 +75,7 @@ def describe(dataset: Dataset) -> str:
             f"steps: {int(steps.sum())} transitions (episode length min {int(steps.min())}, "
             f"mean {float(steps.mean()):.1f}, max {int(steps.max())})"
         )
-    if dataset.location is not None:
+    if dataset.location is not None and not location.is_remote(dataset.location):
         size, files = folder_size(dataset.location)
         lines.append(f"on disk: {_bytes(size)} in {files} files")
     lines.append("")
@@ -107,7 +107,9 @@ def describe(dataset: Dataset) -> str:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     # an incomplete dataset is described too; its "incomplete:" line says what happened
-    dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
+    dataset = Dataset.open(
+        args.path, read_only=True, allow_incomplete=True, storage_options=_options(args, args.path)
+    )
     try:
         print(describe(dataset))
     finally:
@@ -120,7 +122,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         # nothing there is not a damaged dataset: say what is wrong, as for any verb
         raise DatasetStateError(f"cannot verify {args.path!r}: there is no such folder")
     try:
-        dataset = Dataset.open(args.path, read_only=True, allow_incomplete=True)
+        dataset = Dataset.open(
+            args.path,
+            read_only=True,
+            allow_incomplete=True,
+            storage_options=_options(args, args.path),
+        )
     except EpisodataError as err:
         print(f"DAMAGED {args.path}: {err}")
         return 1
@@ -151,10 +158,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
-    source = Dataset.open(args.source, read_only=True)
+    source = Dataset.open(args.source, read_only=True, storage_options=_options(args, args.source))
     try:
         copy = source.copy_to(
             args.destination,
+            storage_options=_options(args, args.destination),
             backend=args.backend,
             progress=progress_wanted(args.quiet),
             resume=args.resume,
@@ -167,18 +175,31 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace, where: str) -> Any:
+    """The ``--storage-option`` pairs, for a location on object storage."""
+    pairs = location.options_from_pairs(getattr(args, "storage_option", None))
+    return location.remote_options(where, pairs)
+
+
+_STORAGE_OPTION = arg(
+    "--storage-option",
+    action="append",
+    metavar="KEY=VALUE",
+    help="how to reach s3:// or gs:// locations (endpoint, region, anonymous, profile...); repeat",
+)
+
 COMMANDS: tuple[Verb, ...] = (
     Verb(
         "info",
         help="describe a stored dataset: schema, counts, sizes, backend, provenance",
         run=_cmd_info,
-        arguments=(arg("path", help="dataset folder"),),
+        arguments=(arg("path", help="dataset folder or URL"), _STORAGE_OPTION),
     ),
     Verb(
         "verify",
         help="check a dataset against the checksums recorded when it was written",
         run=_cmd_verify,
-        arguments=(arg("path", help="dataset folder"),),
+        arguments=(arg("path", help="dataset folder or URL"), _STORAGE_OPTION),
         description=(
             "Check the manifest, the index and every stored checksum. Prints one line per "
             "damaged file, chunk or episode; exit code 1 when anything is damaged."
@@ -198,6 +219,7 @@ COMMANDS: tuple[Verb, ...] = (
                 help="finish an interrupted copy into DESTINATION, keeping what it copied",
             ),
             arg("-q", "--quiet", action="store_true", help="no progress bar"),
+            _STORAGE_OPTION,
         ),
         description=(
             "Copy a dataset to a new path, possibly on another backend, keeping episode ids, "

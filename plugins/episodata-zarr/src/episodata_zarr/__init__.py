@@ -145,9 +145,11 @@ class ZarrBackend:
         if os.getpid() != _impl.LOADED_IN:
             if writable:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))
+            from episodata_core.location import is_remote
             from episodata_zarr._forked import RemoteStore
 
-            return cls(RemoteStore(Path(location), opened))
+            where = location if is_remote(location) else Path(location)
+            return cls(RemoteStore(where, opened))
         return cls(_impl.ZarrStore.open(os.fspath(location), opened, writable=writable))
 
     @property
@@ -157,8 +159,9 @@ class ZarrBackend:
 
     @property
     def location(self) -> str:
-        """The dataset folder."""
-        return str(self._store.folder)
+        """The dataset folder, or its URL on object storage."""
+        where = getattr(self._store, "location", None)
+        return where if isinstance(where, str) else str(self._store.folder)
 
     def episode_table(self) -> EpisodeTable:
         """Lengths and flags of every episode; views valid until the next change."""

@@ -16,6 +16,7 @@ import tensorstore as ts
 
 from episodata_core.errors import EpisodataError
 from episodata_core.location import inside
+from episodata_zarr._commit import write_commit
 from episodata_zarr._confine import CheckedChunks, check_array
 from episodata_zarr._disk import chunk_file
 from episodata_zarr._layout import INDEX_PATH, IndexLayout
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
+    from episodata_core.location import Location
+    from episodata_zarr._commit import CommitRecord
     from episodata_zarr._layout import FieldLayout
     from episodata_zarr._options import ZarrOptions
 
@@ -47,8 +50,13 @@ class Arrays:
         layouts: Mapping[str, FieldLayout],
         index_layout: IndexLayout,
         options: ZarrOptions,
+        remote: Location | None = None,
     ) -> None:
         self.folder = folder
+        self.remote = remote
+        """Where the arrays are on object storage; ``None``: in ``folder``."""
+        self.name = str(folder) if remote is None else remote.url
+        """The dataset's folder or URL, for messages."""
         self.layouts = layouts
         self.index_layout = index_layout
         self.options = options
@@ -56,13 +64,18 @@ class Arrays:
         self.data: dict[str, Any] = {}
         self.chunks: dict[str, int] = {}  # rows per decoded chunk of each data array
         self.index: Any = None
-        self.checked = CheckedChunks(folder)  # chunk files seen not to link outside
+        # chunk files seen not to link outside (object stores have no links)
+        self.checked: CheckedChunks | _NoLinks = (
+            CheckedChunks(folder) if remote is None else _NoLinks()
+        )
         self.durable_folders: set[str] = set()  # chunk folders whose entries were synced
 
     def new_context(self) -> Any:
         """A TensorStore context with an empty cache pool of ``cache_pool_bytes``."""
+        remote = {} if self.remote is None else self.remote.context_spec()
         return ts.Context(
             {
+                **remote,
                 "cache_pool": {"total_bytes_limit": self.options.cache_pool_bytes},
                 # folds sync their chunks before the commit record that relies on them
                 "file_io_sync": self.options.fsync,
@@ -75,9 +88,13 @@ class Arrays:
 
     def spec(self, path: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The TensorStore spec of the array at ``path`` (created when ``metadata`` is given)."""
+        if self.remote is None:
+            kvstore = {"driver": "file", "path": f"{check_array(self.folder, path)}/"}
+        else:
+            kvstore = self.remote.kvstore_spec(f"{path}/")
         spec: dict[str, Any] = {
             "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": f"{check_array(self.folder, path)}/"},
+            "kvstore": kvstore,
             # a reopened handle revalidates what was cached before: that is how readers
             # see chunks a fold rewrote
             "recheck_cached_data": "open",
@@ -102,7 +119,7 @@ class Arrays:
             ts.open(self.spec(INDEX_PATH, self.index_layout.metadata(0)), context=self.context)
         )
         for future in futures:
-            result(future, f"cannot create arrays in {str(self.folder)!r}")
+            result(future, f"cannot create arrays in {self.name!r}")
 
     def open(self) -> None:
         """(Re)open every handle; checks what the arrays hold against the layout."""
@@ -143,10 +160,22 @@ class Arrays:
 
     def read_document(self, path: str) -> dict[str, Any]:
         """The parsed ``zarr.json`` of the node at ``path``."""
-        file = inside(self.folder, f"{path}/zarr.json")
+        if self.remote is not None:
+            from episodata_core.location import key_value
+
+            file: Any = f"{self.remote.url}/{path}/zarr.json"
+            data = key_value(self.remote).get(f"{path}/zarr.json")
+            if data is None:
+                raise EpisodataError(f"{file}: missing (the dataset is damaged)")
+        else:
+            file = inside(self.folder, f"{path}/zarr.json")
+            try:
+                data = file.read_bytes()
+            except OSError as err:
+                raise EpisodataError(f"{file}: cannot be read as Zarr metadata ({err})") from err
         try:
-            document = json.loads(file.read_bytes())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+            document = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise EpisodataError(f"{file}: cannot be read as Zarr metadata ({err})") from err
         if not isinstance(document, dict):
             raise EpisodataError(f"{file}: Zarr metadata must be a JSON object")
@@ -159,6 +188,17 @@ class Arrays:
 
     # -- writes ---------------------------------------------------------------------------
 
+    def check_writer(self) -> None:
+        """On object storage, refuse to write unless this process still holds the lease.
+
+        Object stores have no fencing: a writer whose lease expired while it stalled
+        would overwrite the chunks of the writer that took over.
+        """
+        if self.remote is not None:
+            from episodata_core._objectstore import check_lease
+
+            check_lease(self.remote.url)
+
     def grow(self, rows: int, episodes: int) -> None:
         """Resize the arrays (metadata only) so that ``rows`` data rows and ``episodes`` fit."""
         pending: list[tuple[str | None, Any]] = []
@@ -170,7 +210,7 @@ class Arrays:
             size = _capacity(self.index.shape[0], episodes, 1024)
             pending.append((None, _resize(self.index, size, grow=True)))
         for target, future in pending:
-            handle = result(future, f"cannot resize arrays in {str(self.folder)!r}")
+            handle = result(future, f"cannot resize arrays in {self.name!r}")
             if target is None:
                 self.index = handle
             else:
@@ -185,7 +225,7 @@ class Arrays:
         of microseconds however small, and short episodes are many.
         """
         transaction = ts.Transaction()
-        where = f"cannot write to {str(self.folder)!r}"
+        where = f"cannot write to {self.name!r}"
         for key, layout in self.layouts.items():
             handle = self.data[key].with_transaction(transaction)
             run: list[npt.NDArray[Any]] = []
@@ -210,8 +250,18 @@ class Arrays:
                 first_id = int(sorted_ids[run_ids[0]])
                 result(index[first_id : first_id + len(run_ids)].write(matrix[run_ids]), where)
         result(transaction.commit_async(), where)
-        if self.options.fsync:
+        if self.options.fsync and self.remote is None:
             self._sync_folders(blocks, ids)
+
+    def publish(self, record: CommitRecord) -> None:
+        """Publish the commit record that makes what was written visible (see ``_fold``)."""
+        if self.remote is None:
+            write_commit(self.folder, record, durable=self.options.fsync)
+            return
+        from episodata_core.location import key_value
+        from episodata_zarr._objects import write_remote_commit
+
+        write_remote_commit(key_value(self.remote), self.remote, record)
 
     def _sync_folders(self, blocks: Sequence[Block], ids: Sequence[int]) -> None:
         """Sync the folders above the chunks just written, so their names survive power loss.
@@ -242,9 +292,19 @@ class Arrays:
         targets.append((self.index, episodes))
         futures = [_resize(h, n, grow=False) for h, n in targets if h.shape[0] > n]
         for future in futures:
-            result(future, f"cannot trim the arrays of {str(self.folder)!r}")
+            result(future, f"cannot trim the arrays of {self.name!r}")
         if futures:
             self.open()
+
+
+class _NoLinks:
+    """:class:`CheckedChunks` on object storage, where no key can link anywhere."""
+
+    def check_ranges(self, path: str, handle: Any, lo: Any, hi: Any) -> None:
+        """Nothing to check."""
+
+    def check_rows(self, path: str, handle: Any, rows: Any) -> None:
+        """Nothing to check."""
 
 
 def _fsync(folder: str) -> None:

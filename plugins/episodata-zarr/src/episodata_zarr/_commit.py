@@ -21,7 +21,7 @@ from episodata_core.errors import EpisodataError
 from episodata_core.location import write_json_atomic
 from episodata_zarr._layout import COMMIT_NAME, FORMAT, FORMAT_VERSION
 
-__all__ = ["CommitRecord", "OngoingRecord", "read_commit", "write_commit"]
+__all__ = ["CommitRecord", "OngoingRecord", "parse_commit", "read_commit", "write_commit"]
 
 
 class OngoingRecord(BaseModel):
@@ -91,6 +91,11 @@ def read_commit(folder: str | Path) -> CommitRecord:
             f"{where} is missing: the folder is not a Zarr episodata dataset, or its creation "
             "was interrupted"
         ) from None
+    return parse_commit(data, where)
+
+
+def parse_commit(data: bytes, where: str) -> CommitRecord:
+    """Check and parse the bytes of a commit record (``where`` names it in errors)."""
     try:
         document = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

@@ -88,7 +88,8 @@ def open_uncached(arrays: Arrays, paths: Iterable[str]) -> dict[str, Any]:
     """
     import tensorstore as ts
 
-    context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+    remote = {} if arrays.remote is None else arrays.remote.context_spec()
+    context = ts.Context({**remote, "cache_pool": {"total_bytes_limit": 0}})
     futures = {path: ts.open(arrays.spec(path), context=context) for path in paths}
     handles: dict[str, Any] = {}
     for path, future in futures.items():
@@ -99,13 +100,13 @@ def open_uncached(arrays: Arrays, paths: Iterable[str]) -> dict[str, Any]:
     return handles
 
 
-def chunk_file(folder: Path, path: str, handle: Any, row: int) -> str:
+def chunk_file(folder: Path | str, path: str, handle: Any, row: int) -> str:
     """The file holding ``row`` of the array at ``path``: its chunk, or its shard if sharded."""
     rows = int(handle.chunk_layout.write_chunk.shape[0])
     return _chunk_name(folder, path, row // rows, int(handle.rank))
 
 
-def _chunk_name(folder: Path, path: str, chunk: int, rank: int) -> str:
+def _chunk_name(folder: Path | str, path: str, chunk: int, rank: int) -> str:
     # default chunk key encoding: c/<row chunk>/0/... (every other axis has one chunk)
     return f"{folder}/{path}/c/{chunk}" + "/0" * (rank - 1)
 

@@ -112,8 +112,10 @@ def fold(
     for key, handle in arrays.data.items():
         # writes never follow a link out of the folder either (an appended stranger)
         arrays.checked.check_ranges(layouts[key].path, handle, firsts, ends)
-    # before anything is written: the writes merge into chunks that hold committed rows
-    guard.check(arrays, record, rows=rows, entries=ids)
+    if arrays.remote is None:
+        # before anything is written: the writes merge into chunks that hold committed rows
+        guard.check(arrays, record, rows=rows, entries=ids)
+    arrays.check_writer()
     log.sync()
     arrays.grow(rows, episodes)
     arrays.write(blocks, ids, np.concatenate(entries))
@@ -125,9 +127,13 @@ def fold(
             "rows": rows,
         }
     )
-    write_commit(arrays.folder, new, durable=arrays.options.fsync)
+    if arrays.remote is None:
+        write_commit(arrays.folder, new, durable=arrays.options.fsync)
+    else:
+        arrays.publish(new)  # a new generation-numbered object, conditionally
     # committed: memory follows, and the log forgets what the arrays now hold
-    guard.remember(arrays, new, ongoing=sorted(tail.ongoing))
+    if arrays.remote is None:
+        guard.remember(arrays, new, ongoing=sorted(tail.ongoing))
     for episode, entry in extra_entries:
         index.store(episode, entry)
     folded = [episode for episode, _ in logged]

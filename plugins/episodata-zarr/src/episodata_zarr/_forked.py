@@ -108,8 +108,11 @@ class ForkedReader:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        # a URL's storage options travel with it (JSON, like everything here)
+        where = getattr(location, "location", None)
+        storage = None if where is None else where.options.model_dump(mode="json")
         self.opened, self.table = self.call(
-            {"call": "open", "location": location, "options": options}
+            {"call": "open", "location": location, "options": options, "storage": storage}
         )
 
     def call(
@@ -161,11 +164,14 @@ class RemoteStore:
 
     writable = False
 
-    def __init__(self, folder: Path, options: ZarrOptions) -> None:
+    def __init__(self, folder: Path | str, options: ZarrOptions) -> None:
         self.folder = folder
+        self.location = folder  # a path, or a Url with its storage options
         self.options = options
         self.pid = os.getpid()
-        self.reader = ForkedReader(str(folder), options.model_dump(mode="json"))
+        self.reader = ForkedReader(
+            folder if isinstance(folder, str) else str(folder), options.model_dump(mode="json")
+        )
         self.schema = DatasetSchema.model_validate(self.reader.opened["schema"])
         self.table = _table(self.reader.table)
 
@@ -266,12 +272,16 @@ def _answer(backend: ZarrBackend, header: dict[str, Any], arrays: dict[str, Any]
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The helper's loop: open the dataset, then answer requests until the pipe closes."""
+    from episodata_core.location import normalize
     from episodata_zarr import ZarrBackend, ZarrOptions
 
     header, _ = _receive(source)
     try:
+        where = header["location"]
+        if header.get("storage") is not None:
+            where = normalize(where, header["storage"])
         backend = ZarrBackend.open(
-            header["location"], ZarrOptions.model_validate(header["options"]), writable=False
+            where, ZarrOptions.model_validate(header["options"]), writable=False
         )
     except EpisodataError as err:
         _send(sink, {"error": str(err)}, {})

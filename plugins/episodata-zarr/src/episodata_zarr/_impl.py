@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodata_core.errors import DatasetStateError, EpisodataError
-from episodata_core.location import write_json_atomic
+from episodata_core.location import Url, key_value, resolve
 from episodata_core.schema import DatasetSchema
 from episodata_zarr._adopt import adopt
 from episodata_zarr._arrays import Arrays
@@ -46,6 +46,12 @@ from episodata_zarr._layout import (
 )
 from episodata_zarr._log import LOG_NAME, Block, EpisodeLog, LogEntry
 from episodata_zarr._manifest import check_manifest
+from episodata_zarr._objects import (
+    prune_commits,
+    read_remote_commit,
+    remove_staging,
+    staging_folder,
+)
 from episodata_zarr._options import worker_share
 from episodata_zarr._reads import gather_rows, read_rows, result
 from episodata_zarr._table import EpisodeIndex, check_entries
@@ -56,6 +62,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
+    from episodata_core.location import Location
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_zarr._forked import ForkedReader
     from episodata_zarr._layout import FieldLayout
@@ -89,8 +96,12 @@ class ZarrStore:
         record: CommitRecord,
         *,
         writable: bool,
+        remote: Location | None = None,
     ) -> None:
         self.folder = folder
+        """The dataset folder; on object storage, the local staging folder of the log."""
+        self.remote = remote
+        """Where the dataset is on object storage (see ``_objects``); ``None``: local."""
         self.schema = schema
         self.layouts = layouts
         self.options = options
@@ -99,14 +110,15 @@ class ZarrStore:
         optional = tuple(spec.qualified_key for spec in schema if spec.optional)
         self.index_layout = IndexLayout(optional, schema.qualified_keys)
         self.index = EpisodeIndex(self.index_layout)
-        self.arrays = Arrays(folder, layouts, self.index_layout, options)
+        self.arrays = Arrays(folder, layouts, self.index_layout, options, remote)
         self.tail = Tail(layouts, record.rows)
+        local = remote is None
         self.log = EpisodeLog(
             folder,
             writable=writable,
-            sync_each=options.durability == "sync",
+            sync_each=local and options.durability == "sync",
             sync_interval=options.sync_interval,
-            fsync=options.fsync,
+            fsync=local and options.fsync,  # staged: durable at flush(), by the fold
         )
         self.guard = ChunkGuard()  # what folds may rewrite, as this writer left it
         self.torn_entries: list[int] = []  # index rows a torn fold wrote (see load_index)
@@ -118,11 +130,20 @@ class ZarrStore:
 
     @classmethod
     def create(cls, schema: DatasetSchema, location: str, options: ZarrOptions) -> ZarrStore:
-        """Write an empty dataset into ``location`` (an empty or missing folder)."""
-        folder = Path(location)
-        folder.mkdir(parents=True, exist_ok=True)
-        # the core's lock file is a dotfile; anything else means the folder is in use
-        leftovers = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+        """Write an empty dataset into ``location`` (an empty or missing folder, or prefix)."""
+        where = resolve(location)
+        kv = key_value(location)
+        remote = where if where.remote else None
+        if remote is not None:
+            remote.check_writable("create a dataset at")
+            folder = staging_folder()
+            # the core's lease and creation marker are dotfiles, its manifest comes later
+            leftovers = sorted(key for key in kv.list() if not key.split("/")[-1].startswith("."))
+        else:
+            folder = Path(location)
+            folder.mkdir(parents=True, exist_ok=True)
+            # the core's lock file is a dotfile; anything else means the folder is in use
+            leftovers = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
         if leftovers:
             raise DatasetStateError(
                 f"cannot create a Zarr dataset in {location!r}: it already holds {leftovers[:5]}"
@@ -140,10 +161,10 @@ class ZarrStore:
                 }
             },
         }
-        write_json_atomic(folder / "zarr.json", root)
+        root_bytes = json.dumps(root, indent=2).encode()
+        kv.put("zarr.json", root_bytes)
         for group in ["index", *group_paths(lay.path for lay in layouts.values())]:
-            (folder / group).mkdir(parents=True, exist_ok=True)
-            write_json_atomic(folder / group / "zarr.json", GROUP_DOCUMENT)
+            kv.put(f"{group}/zarr.json", json.dumps(GROUP_DOCUMENT, indent=2).encode())
         record = CommitRecord(
             format=FORMAT,
             format_version=FORMAT_VERSION,
@@ -151,22 +172,28 @@ class ZarrStore:
             episodes=0,
             rows=0,
             metadata={},
-            root=zlib.crc32((folder / "zarr.json").read_bytes()),
+            root=zlib.crc32(root_bytes),
         )
-        store = cls(folder, schema, layouts, options, record, writable=True)
+        store = cls(folder, schema, layouts, options, record, writable=True, remote=remote)
         store.arrays.create()
         digests = {
             path: metadata_digest(store.arrays.read_document(path))
             for path in [INDEX_PATH, *(lay.path for lay in layouts.values())]
         }
         store.record = record.model_copy(update={"metadata": digests})
-        write_commit(folder, store.record)
+        if remote is None:
+            write_commit(folder, store.record)
+        else:
+            store.arrays.publish(store.record)
         store.arrays.open()
         return store
 
     @classmethod
     def open(cls, location: str, options: ZarrOptions, *, writable: bool) -> ZarrStore:
         """Open a dataset folder; a writable open also recovers after a crashed writer."""
+        where = resolve(location)
+        if where.remote:
+            return cls._open_remote(where, options, writable=writable)
         folder = Path(location)
         # no link out of the folder is read
         # (nor written: SQLite writes the log's -wal and -shm files next to it)
@@ -207,6 +234,56 @@ class ZarrStore:
         if writable:
             store.recover(stale)
         return store
+
+    @classmethod
+    def _open_remote(cls, where: Location, options: ZarrOptions, *, writable: bool) -> ZarrStore:
+        """:meth:`open` on object storage: the newest commit record, pinned."""
+        if writable:
+            where.check_writable("write to")
+        kv = key_value(where)
+        record = read_remote_commit(kv, where)
+        root_bytes = kv.get("zarr.json")
+        if root_bytes is None:
+            raise EpisodataError(f"{where.url}/zarr.json is missing; the dataset is damaged")
+        if zlib.crc32(root_bytes) != record.root:
+            raise EpisodataError(
+                f"{where.url}/zarr.json: damaged (it differs from the checksum in the commit "
+                "record); it holds the schema, so the dataset cannot be read"
+            )
+        try:
+            schema = DatasetSchema.model_validate(
+                json.loads(root_bytes)["attributes"]["episodata"]["schema"]
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise EpisodataError(
+                f"{where.url}/zarr.json: no valid episodata schema ({err})"
+            ) from err
+        store = cls(
+            staging_folder(),
+            schema,
+            field_layouts(schema, options),
+            options,
+            record,
+            writable=writable,
+            remote=where,
+        )
+        store.arrays.open()
+        store.load_index(record)
+        if writable:
+            # rows past the record (a killed writer's) are ignored and written over
+            store.arrays.trim(record.rows, record.episodes)
+        return store
+
+    @property
+    def location(self) -> str:
+        """The dataset's URL on object storage (a ``Url``, with its options), or its folder."""
+        return str(self.folder) if self.remote is None else Url(self.remote)
+
+    def read_record(self) -> CommitRecord:
+        """The newest commit record (``commit.json``, or the newest of ``commits/``)."""
+        if self.remote is None:
+            return read_commit(self.folder)
+        return read_remote_commit(key_value(self.remote), self.remote)
 
     def load_index(self, record: CommitRecord, first: int = 0) -> None:
         """Read ``record``'s index entries from episode ``first`` on; adopt ``record``."""
@@ -293,15 +370,15 @@ class ZarrStore:
     def check(self, *, write: bool = False) -> None:
         """Refuse use after close, writes to a read-only open, writes in a forked child."""
         if self.closed:
-            raise DatasetStateError(f"the Zarr dataset {str(self.folder)!r} is closed")
+            raise DatasetStateError(f"the Zarr dataset {self.arrays.name!r} is closed")
         if write and not self.writable:
             raise DatasetStateError(
-                f"the Zarr dataset {str(self.folder)!r} was opened read-only; writes go "
+                f"the Zarr dataset {self.arrays.name!r} was opened read-only; writes go "
                 "through Dataset, which reopens it writable under the writer lock"
             )
         if write and _THIS_PROCESS[0] != self.pid:
             raise DatasetStateError(
-                f"the Zarr dataset {str(self.folder)!r} was opened in process {self.pid} and "
+                f"the Zarr dataset {self.arrays.name!r} was opened in process {self.pid} and "
                 "inherited through fork(); write from the process that opened it"
             )
 
@@ -313,7 +390,7 @@ class ZarrStore:
             from episodata_zarr._forked import ForkedReader
 
             options = worker_share(self.options).model_dump(mode="json")
-            reader = ForkedReader(str(self.folder), options)
+            reader = ForkedReader(self.location, options)
             self.helper = (os.getpid(), reader)
         return self.helper[1]
 
@@ -516,12 +593,13 @@ class ZarrStore:
             )
         if self.writable:
             return  # the one writer's memory is always the newest state
-        record = read_commit(self.folder)
+        record = self.read_record()
         if record.generation != self.record.generation:
             self.adopt_record(record)
-        elif not self.log.changed():
+        elif self.remote is not None or not self.log.changed():
             return
-        self.adopt_snapshot()
+        if self.remote is None:  # on object storage the log is the writer's, local to it
+            self.adopt_snapshot()
 
     def adopt_record(self, record: CommitRecord) -> None:
         """A reader moves to a newer commit record: arrays, index, what left the tail."""
@@ -547,12 +625,12 @@ class ZarrStore:
             try:
                 stale = self.adopt_log()
             except EpisodataError:
-                if self.writable or read_commit(self.folder).generation == self.record.generation:
+                if self.writable or self.read_record().generation == self.record.generation:
                     raise
             else:
-                if self.writable or read_commit(self.folder).generation == self.record.generation:
+                if self.writable or self.read_record().generation == self.record.generation:
                     return stale
-            self.adopt_record(read_commit(self.folder))
+            self.adopt_record(self.read_record())
 
     def verify(self) -> list[str]:
         """Every damaged file, chunk or episode; see :mod:`episodata_zarr._verify`."""
@@ -577,6 +655,10 @@ class ZarrStore:
             self.arrays.trim(self.record.rows, self.record.episodes)
         if os.getpid() == self.pid:
             self.log.close()
+            if self.remote is not None:
+                if self.writable:
+                    prune_commits(key_value(self.remote))
+                remove_staging(self.folder)
         self.closed = True
         self.arrays.close()
         self.tail = Tail(self.layouts, self.record.rows)

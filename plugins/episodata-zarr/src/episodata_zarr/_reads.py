@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import EpisodataError
+from episodata_core.errors import DatasetStateError, EpisodataError, StorageError
 from episodata_core.protocols import GatherRequest
 from episodata_zarr._gather import ReadPlan, plan_reads
 
@@ -31,7 +31,29 @@ def result(future: Any, what: str) -> Any:
     try:
         return future.result()
     except (ValueError, OSError) as err:
+        text = str(err)
+        if "CURL error" in text or "retry attempts failed" in text:
+            # object storage that cannot be reached (or keeps failing): one clear line
+            first = text.splitlines()[0] if text else type(err).__name__
+            raise StorageError(
+                f"{what}: the object store cannot be reached or keeps failing, after the "
+                f"retries of the storage options ({first}); nothing more was committed"
+            ) from None
         raise EpisodataError(f"{what}: {err}") from err
+
+
+def _ongoing(store: ZarrStore, episode: int) -> Any:
+    """The rows of an ongoing episode; on object storage, only its writer has them."""
+    state = store.tail.ongoing.get(episode)
+    if state is None and store.remote is not None:
+        raise DatasetStateError(
+            f"episode {episode} of {store.location!r} is ongoing: on object storage its "
+            "rows stay in the writer's local staging log until it ends and the writer "
+            "flushes; refresh() and read it then"
+        )
+    if state is None:
+        raise DatasetStateError(f"episode {episode} is ongoing and not in the episode log")
+    return state
 
 
 def _in_memory(store: ZarrStore, base: int) -> bool:
@@ -43,7 +65,7 @@ def read_rows(store: ZarrStore, episode: int, start: int, stop: int, fields: Seq
     """Rows ``[start, stop)`` of one episode: from the tail, or one read per field."""
     base = int(store.index.row_start.data[episode])
     if base < 0:
-        state = store.tail.ongoing[episode]
+        state = _ongoing(store, episode)
         out = {}
         for key in fields:
             view = state.view(key)[start:stop]
@@ -233,7 +255,7 @@ def _gather_memory(
         episode = int(request.episodes[b])
         start, count = int(request.starts[b]), int(request.counts[b])
         offset = int(request.offsets[b])
-        state = store.tail.ongoing[episode]
+        state = _ongoing(store, episode)
         for key in request.fields:
             target = out[key]
             if key not in state.data:

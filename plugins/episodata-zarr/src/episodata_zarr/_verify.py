@@ -43,17 +43,35 @@ __all__ = ["verify"]
 
 
 def verify(store: ZarrStore) -> list[str]:
-    """Describe every damaged file, chunk or episode of ``store``'s folder."""
-    problems = outside_links(store.folder) + _check_metadata(store)
+    """Describe every damaged file, chunk or episode of ``store``'s folder (or prefix).
+
+    On object storage there are no links to follow, and no episode log (a writer stages
+    it locally); the manifest's schema is checked at open by the core.
+    """
+    remote = store.remote is not None
+    problems = ([] if remote else outside_links(store.folder)) + _check_metadata(store)
     disk = open_uncached(store.arrays, _expected_arrays(store))
     problems += [str(err) for err in disk.values() if isinstance(err, EpisodataError)]
     entries, found = _check_index(store, disk[INDEX_PATH])
     problems += found
     for key, layout in store.layouts.items():
         problems += _check_field(store, key, layout, entries, disk[layout.path])
-    problems += _check_log(store)
-    problems += manifest_problems(store.folder, store.schema)
+    if not remote:
+        problems += _check_log(store)
+        problems += manifest_problems(store.folder, store.schema)
     return problems
+
+
+def _read(store: ZarrStore, relative: str) -> bytes:
+    """The bytes of ``relative`` in the dataset; ``OSError`` when they cannot be read."""
+    if store.remote is None:
+        return (store.folder / relative).read_bytes()
+    from episodata_core.location import key_value
+
+    data = key_value(store.remote).get(relative)
+    if data is None:
+        raise FileNotFoundError(f"no object {relative!r}")
+    return data
 
 
 def _expected_arrays(store: ZarrStore) -> dict[str, tuple[str, int]]:
@@ -68,10 +86,9 @@ def _expected_arrays(store: ZarrStore) -> dict[str, tuple[str, int]]:
 def _check_metadata(store: ZarrStore) -> list[str]:
     problems: list[str] = []
     record = store.record
-    folder = store.folder
-    root = folder / "zarr.json"
+    root = f"{store.location}/zarr.json"
     try:
-        if zlib.crc32(root.read_bytes()) != record.root:
+        if zlib.crc32(_read(store, "zarr.json")) != record.root:
             problems.append(f"{root}: differs from the checksum recorded at creation")
     except OSError as err:
         problems.append(f"{root}: cannot be read ({err})")
@@ -80,9 +97,9 @@ def _check_metadata(store: ZarrStore) -> list[str]:
     groups |= {str(Path(*Path(g).parts[:d])) for g in groups for d in range(1, len(Path(g).parts))}
     groups |= {"data", "index"}
     for path in sorted(set(arrays) | groups):
-        file = folder / path / "zarr.json"
+        file = f"{store.location}/{path}/zarr.json"
         try:
-            document = json.loads(file.read_bytes())
+            document = json.loads(_read(store, f"{path}/zarr.json"))
         except (OSError, ValueError) as err:
             problems.append(f"{file}: cannot be read as Zarr metadata ({err})")
             continue
@@ -162,7 +179,7 @@ def _check_field(
         try:
             rows = np.ascontiguousarray(result(handle[lo:hi].read(), "read"))
         except EpisodataError as err:
-            file = chunk_file(store.folder, layout.path, handle, lo)
+            file = chunk_file(store.location, layout.path, handle, lo)
             what = "is missing" if "NOT_FOUND" in str(err) else "cannot be decoded"
             problems.append(f"field {key!r}: chunk {file} (rows {lo}-{hi}) {what}: {err}")
             unreadable[first:last] = True
@@ -175,7 +192,7 @@ def _check_field(
     expected = entries[stored, column]
     problems.extend(
         f"episode {int(stored[i])}, field {key!r}: rows {int(starts[i])}-{int(ends[i])} of "
-        f"{store.folder / layout.path} differ from the checksum recorded when it was written"
+        f"{store.location}/{layout.path} differ from the checksum recorded when it was written"
         for i in np.flatnonzero((crc != expected) & ~unreadable)
     )
     return problems
