@@ -204,3 +204,14 @@ def test_copy_and_import_show_progress_on_a_terminal_only(tmp_path):
     assert "episodes/s" in text
     # --quiet: nothing on a terminal either
     assert on_a_terminal(["import", "d4rl", "sample.hdf5", "imp-quiet", "--quiet"], tmp_path) == ""
+
+
+def test_quickstart_and_report_show_progress_on_a_terminal(tmp_path):
+    recorded = on_a_terminal(["quickstart", "--episodes", "3"], tmp_path)
+    assert "recording CartPole-v1: 100%" in recorded
+    assert "3/3" in recorded
+    reported = on_a_terminal(["report", "quickstart-cartpole"], tmp_path)
+    assert "reading rewards of episodes: 100%" in reported
+    piped = episodata("report", "quickstart-cartpole", "-o", "piped.html", cwd=tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    assert "reading rewards" not in piped.stderr

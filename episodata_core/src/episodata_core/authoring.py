@@ -10,7 +10,9 @@ built-in plugins keep to the surface.
 The helpers here are the blocks that every backend or importer would otherwise write
 again: :func:`coerce_options` (an ``Options`` model from whatever model the core passed),
 :class:`Growable` (rows that grow by doubling) and :func:`check_rows` /
-:func:`check_fields` (the fields and row counts of a block of rows).
+:func:`check_fields` (the fields and row counts of a block of rows), and the progress
+bars of long work (:func:`progress_bar` over known items, :func:`episode_progress` over
+the episodes written to a dataset).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from episodata_core._progress import episode_progress, progress_bar
 from episodata_core.errors import EpisodataError, SchemaError
 
 if TYPE_CHECKING:
@@ -30,7 +33,15 @@ if TYPE_CHECKING:
     from episodata_core.protocols import Rows
     from episodata_core.schema import FieldSpec
 
-__all__ = ["PLUGIN_SURFACE", "Growable", "check_fields", "check_rows", "coerce_options"]
+__all__ = [
+    "PLUGIN_SURFACE",
+    "Growable",
+    "check_fields",
+    "check_rows",
+    "coerce_options",
+    "episode_progress",
+    "progress_bar",
+]
 
 PLUGIN_SURFACE: tuple[str, ...] = (
     "episodata_core",

@@ -118,10 +118,12 @@ class ImportTarget:
         if error is not None:
             self._bulk.fail(error)
 
-    def import_file(self, file: str) -> ImportReport:
+    def import_file(self, file: str, *, progress: bool = False) -> ImportReport:
         """Import ``file`` here, in this process, after what is already written."""
         request = self.request
-        _, report = import_dataset(request.importer, file, self.dataset, **request.options)
+        _, report = import_dataset(
+            request.importer, file, self.dataset, progress=progress, **request.options
+        )
         self.reports.append(report)
         self._bulk.progress(now=True)
         return report
@@ -194,12 +196,13 @@ def append_episodes(source: Dataset, target: Dataset, max_bytes: int = 64 << 20)
         add_rows(target.backend, pending)
 
 
-def import_files(request: ImportRequest) -> tuple[Dataset, ImportReport]:
+def import_files(request: ImportRequest, *, progress: bool = False) -> tuple[Dataset, ImportReport]:
     """Import every file of ``request`` in turn into one new dataset, in this process.
 
     One file is exactly :func:`import_dataset`. With several, the destination is marked
     incomplete until the last file is recorded; each file's import is recorded in
     ``metadata["imports"]``. Returns the dataset and the files' reports merged.
+    ``progress=True`` shows the episodes written of each file.
     """
     files = request.files
     if len(files) == 1:
@@ -208,10 +211,11 @@ def import_files(request: ImportRequest) -> tuple[Dataset, ImportReport]:
             files[0],
             request.destination,
             backend=request.backend,
+            progress=progress,
             **request.options,
         )
     schema = request.read_schema(files[0])
     with ImportTarget(request, schema) as target:
         for file in files:
-            target.import_file(os.fspath(file))
+            target.import_file(os.fspath(file), progress=progress)
         return target.finish()

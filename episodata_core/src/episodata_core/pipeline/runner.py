@@ -237,7 +237,7 @@ class Pipeline:
             if isinstance(executor, SupportsImportFiles):
                 dataset, self._import_report = executor.import_files(request, progress=progress)
             else:
-                step = Step(name, partial(import_files, request))
+                step = Step(name, partial(import_files, request, progress=progress))
                 dataset, self._import_report = executor.execute(step)
             hooks.call_hook("after_pipeline_step", pipeline=self, step=name)
             return dataset

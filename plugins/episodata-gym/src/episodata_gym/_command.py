@@ -7,9 +7,11 @@ imported only when the command runs.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from episodata_core.authoring import episode_progress
 from episodata_core.commands import Arg, arg
 from episodata_core.errors import MissingDependencyError
 
@@ -39,6 +41,7 @@ class QuickstartCommand:
         ),
         arg("--backend", help="backend of a new dataset (default: zarr)"),
         arg("--episodes", type=int, default=20, help="episodes to record (default: 20)"),
+        arg("-q", "--quiet", action="store_true", help="no progress bar"),
         arg(
             "--seed",
             type=int,
@@ -81,7 +84,11 @@ class QuickstartCommand:
             seed = 0 if seed is None else seed
             print(f"created {path} ({dataset.manifest.backend} backend)")
         with dataset:
-            ids = record_episodes(env, dataset, args.episodes, seed=seed)
+            shown = not args.quiet and sys.stderr.isatty()
+            with episode_progress(
+                dataset, enabled=shown, action="recording CartPole-v1", total=args.episodes
+            ):
+                ids = record_episodes(env, dataset, args.episodes, seed=seed)
             recorded = _counted(len(ids), "CartPole-v1 episode")
             print(f"recorded {recorded} with random actions (seed {seed})")
             segment = dataset.episode(ids[0]).read()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from episodata_core.authoring import progress_bar
 from episodata_report._checks import Finding, check_fields
 from episodata_report._png import image_axes, tile, to_rgb
 
@@ -105,7 +106,7 @@ def _scalar_rewards(dataset: Dataset) -> list[str]:
 
 
 def _returns(
-    dataset: Dataset, table: EpisodeTable
+    dataset: Dataset, table: EpisodeTable, progress: bool = False
 ) -> tuple[dict[str, npt.NDArray[np.float64]], dict[str, RewardCurve]]:
     """Each finalized episode's return, and reward by step index, per scalar reward field."""
     keys = _scalar_rewards(dataset)
@@ -118,7 +119,8 @@ def _returns(
     lows = {key: np.full(steps, np.inf) for key in keys}
     highs = {key: np.full(steps, -np.inf) for key in keys}
     reach = np.zeros(steps, dtype=np.int64)
-    for position, episode in enumerate(finished):
+    shown = progress_bar(finished, enabled=progress, what="episodes", action="reading rewards of")
+    for position, episode in enumerate(shown):
         length = int(table.length[episode])
         reach[:length] += 1
         # reward rows are 1..T: row 0 is the hidden zero of the reset row
@@ -200,7 +202,7 @@ def _frame_rows(
     return rows
 
 
-def collect(dataset: Dataset, *, episodes_for_frames: int) -> ReportData:
+def collect(dataset: Dataset, *, episodes_for_frames: int, progress: bool = False) -> ReportData:
     """Read what the report needs; one pass over rewards, a few frames, cached stats."""
     table = dataset.backend.episode_table()
     manifest = dataset.manifest
@@ -213,7 +215,7 @@ def collect(dataset: Dataset, *, episodes_for_frames: int) -> ReportData:
             skipped.append(f"{spec.qualified_key} (layout {spec.layout!r} is not CHW, HWC or HW)")
             continue
         frames += _frame_rows(dataset, table, spec, episodes_for_frames)
-    returns, curves = _returns(dataset, table)
+    returns, curves = _returns(dataset, table, progress)
     stats = dataset.stats()
     return ReportData(
         location=dataset.location,

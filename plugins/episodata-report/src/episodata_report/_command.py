@@ -6,6 +6,7 @@ light (the renderer and matplotlib load when the command runs).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -42,9 +43,10 @@ class ReportCommand:
         "write a self-contained HTML report of a dataset (histograms, statistics, frames)"
     )
     epilog: ClassVar[str] = (
-        "Write one HTML page with the episode length histogram, the return "
-        "distribution, per-field statistics (min/max/mean/std, NaN counts), frames of "
-        "image fields, terminated/truncated counts and the schema. Histograms need "
+        "Write one self-contained HTML page: flag counts, data checks (NaN, infinite, "
+        "out-of-bounds and constant values), episode length and return histograms, "
+        "reward by step, per-dimension distributions, per-field statistics, frames of "
+        "image fields, the schema and the provenance. Plots need "
         f"matplotlib: {INSTALL_HINT}."
     )
     arguments: ClassVar[tuple[Arg, ...]] = (
@@ -52,8 +54,8 @@ class ReportCommand:
         arg(
             "-o",
             "--output",
-            help="HTML file to write (default: ./<dataset-name>-report.html); its PNG "
-            "images also go to <name>_files/ beside it",
+            help="HTML file to write (default: ./<dataset-name>-report.html); its images "
+            "are embedded in it",
         ),
         arg(
             "--frame-episodes",
@@ -62,6 +64,7 @@ class ReportCommand:
             metavar="N",
             help="episodes to show frames of, per image field (default: 3)",
         ),
+        arg("-q", "--quiet", action="store_true", help="no progress bar"),
     )
 
     def run(self, args: argparse.Namespace) -> int:
@@ -72,6 +75,11 @@ class ReportCommand:
         output = Path(args.output) if args.output else default_output(args.path)
         # read-only: a report never writes into the dataset (statistics are not stored)
         with Dataset.open(args.path, read_only=True) as dataset:
-            written = render_report(dataset, output, episodes_for_frames=args.frame_episodes)
+            written = render_report(
+                dataset,
+                output,
+                episodes_for_frames=args.frame_episodes,
+                progress=not args.quiet and sys.stderr.isatty(),
+            )
         print(f"wrote {written}")
         return 0

@@ -46,7 +46,11 @@ def _coverage(dataset: Dataset) -> str:
 
 
 def render_report(
-    dataset: Dataset, output_html: str | os.PathLike[str], *, episodes_for_frames: int = 3
+    dataset: Dataset,
+    output_html: str | os.PathLike[str],
+    *,
+    episodes_for_frames: int = 3,
+    progress: bool = False,
 ) -> Path:
     """Write a self-contained HTML report of ``dataset`` and return its path.
 
@@ -59,7 +63,8 @@ def render_report(
     ``layout``) for the first ``episodes_for_frames`` episodes, the schema, and the
     provenance (episodata version, plugins, imports, pipeline). Images are embedded as
     data URIs, so the page is one self-contained file. Without matplotlib the
-    histograms become tables and the page says how to install it. A writable dataset keeps the
+    histograms become tables and the page says how to install it. ``progress=True`` shows
+    the pass over the episodes' rewards as a bar on stderr. A writable dataset keeps the
     statistics in its manifest, as :meth:`Dataset.stats` does; a read-only one is not
     changed.
 
@@ -72,7 +77,7 @@ def render_report(
         raise ValueError(f"episodes_for_frames must be 0 or more, got {episodes_for_frames}")
     output = Path(output_html)
     output.parent.mkdir(parents=True, exist_ok=True)
-    data = collect(dataset, episodes_for_frames=episodes_for_frames)
+    data = collect(dataset, episodes_for_frames=episodes_for_frames, progress=progress)
     plots = have_matplotlib()
     distinct_lengths = data.lengths.size and data.lengths.min() != data.lengths.max()
     lengths_plot = returns_plot = None
