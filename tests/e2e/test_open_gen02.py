@@ -266,11 +266,11 @@ def test_02_datasets_are_recognized_as_generation_02_by_their_layout(
 # episode it reads, so that the parent can kill it in the middle
 CHILD_MIGRATE = """
 import sys, time
-import episodata_core.dataset
+import episodata_core._batching
 from episodata_core.cli import main
 from episodata_npz._gen02 import Npz02Backend
 
-episodata_core.dataset.BATCH_BYTES = 1
+episodata_core._batching.BATCH_BYTES = 1
 read_rows = Npz02Backend.read_rows
 
 def reporting(self, episode, start, stop, fields):

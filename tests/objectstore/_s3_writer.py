@@ -13,13 +13,13 @@ import sys
 
 from _s3_helpers import SCHEMA, big_episode
 
-import episodata_core.dataset
+import episodata_core._batching
 from episodata_core.dataset import Dataset
 
 mode, url, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 # small batches: a bulk write commits every few episodes, so a kill lands between or
 # inside commits (the default batch of 64 MiB would make this one commit)
-episodata_core.dataset.BATCH_BYTES = 64 << 10  # type: ignore[attr-defined]
+episodata_core._batching.BATCH_BYTES = 64 << 10
 
 if mode == "bulk":
 
