@@ -357,8 +357,16 @@ def shm_inode(batch: Any) -> int:
     return os.fstat(fd).st_ino
 
 
-def frame_reference(segments: Any) -> list[Any]:
-    return list(frame_loader(segments, 0))
+def in_order(segments: Any, workers: int, context: str | None = None) -> Any:
+    """Every epoch in the same order (no shuffling), persistent workers."""
+    return DataLoader(
+        segments,
+        batch_size=FRAME_BATCH,
+        num_workers=workers,
+        collate_fn=segments.collate,
+        multiprocessing_context=context,
+        persistent_workers=workers > 0,
+    )
 
 
 @pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
@@ -366,17 +374,8 @@ def test_a_worker_refills_a_slot_only_after_its_batch_is_dropped(
     make_frames: Any, context: str
 ) -> None:
     segments = make_frames("memory").segments(sequence_length=L)
-    expected = frame_reference(segments) * 3  # three epochs, the same shuffled order
-    loader = DataLoader(
-        segments,
-        batch_size=FRAME_BATCH,
-        shuffle=True,
-        num_workers=1,
-        collate_fn=segments.collate,
-        multiprocessing_context=context,
-        persistent_workers=True,
-        generator=torch.Generator().manual_seed(7),
-    )
+    expected = list(in_order(segments, 0)) * 3  # three epochs
+    loader = in_order(segments, 1, context)
     kept: list[tuple[int, Any]] = []
     inodes: set[int] = set()
     count = 0
