@@ -1,17 +1,20 @@
-"""W8: ``segments()`` of W3's Zarr dataset through a torch ``DataLoader``, 0 and 2 workers.
+"""W8: ``segments()`` of W3's data through a torch ``DataLoader``, 0, 2 and 4 workers.
 
 Each round starts a fresh loader iterator (so workers start again); the rate counts the
 batches after the first over the time since the first arrived, and the first-batch
-latency includes starting the workers. Workers are forked (Linux's default; a forked
-worker reads through episodata's helper process, since TensorStore cannot run in a
-fork child) and, for comparison, spawned. Worker RSS is the peak RSS of all child
-processes; it is measured again on a dataset with a fraction of the episodes.
+latency includes starting the workers. The data is read from the Zarr dataset, from an
+npz directory and from memory; workers are forked (Linux's default; a forked Zarr
+worker reads through episodata's helper process, since TensorStore aborts a fork child
+of a process that used it) and spawned (not for memory: every spawned worker would be
+sent the whole dataset). Worker RSS is the peak RSS of all child processes; it is
+measured again on a Zarr dataset with a fraction of the episodes.
 
-The ceiling is the DataLoader's own transport: a dataset whose batches are fresh copies
-of one preset batch of the same shapes, so workers do no reading at all. Batches of
-NumPy arrays are pickled through a pipe; torch tensors travel in shared memory, and so
-do episodata's batches (see episodata_core.sampling.transport): the torch row is the
-ceiling of the episodata rows.
+The ceiling is the DataLoader's own transport with the same workers, started the same
+way: a dataset whose batches are fresh copies of one preset batch of the same shapes,
+as torch tensors, so workers do no reading at all and each batch travels in a new
+shared-memory segment, torch's way. episodata's batches travel in shared memory too
+(see episodata_core.sampling.transport). A transport of NumPy arrays (pickled through a
+pipe) is shown for 2 forked workers.
 """
 
 from __future__ import annotations
@@ -64,8 +67,19 @@ class PresetBatches:
         return batch
 
 
-# workers hand episodata's batches over through shared memory, as torch tensors travel
-_TRANSPORT = "transport 2 workers fork, torch"
+WORKERS = (2, 4)
+BACKENDS = ("zarr", "npz_directory", "memory")
+
+
+def _transport(workers: int, start: str) -> str:
+    """The ceiling of episodata's rows with ``workers`` started by ``start``."""
+    return f"transport {workers} workers {start}, torch"
+
+
+def _name(backend: str, workers: int, start: str | None) -> str:
+    if not workers:
+        return f"{backend} 0 workers"
+    return f"{backend} {workers} workers {start}"
 
 
 @dataclass(frozen=True)
@@ -74,20 +88,28 @@ class _Variant:
     role: Role
     workers: int
     start: str | None
-    source: str  # "episodata", "numpy" or "torch"
+    source: str  # a backend, "numpy" or "torch"
+
+
+def _starts(context: Context, backend: str | None) -> list[str]:
+    spawn = context.sizes.loader_spawn and backend != "memory"
+    return ["fork", "spawn"] if spawn else ["fork"]
 
 
 def _variants(context: Context) -> list[_Variant]:
-    variants = [
-        _Variant("episodata 0 workers", "episodata", 0, None, "episodata"),
-        _Variant("episodata 2 workers fork", "episodata", 2, "fork", "episodata"),
-    ]
-    if context.sizes.loader_spawn:
-        variants.append(_Variant("episodata 2 workers spawn", "episodata", 2, "spawn", "episodata"))
+    variants = []
+    for backend in BACKENDS:
+        variants.append(_Variant(_name(backend, 0, None), "episodata", 0, None, backend))
+        for start in _starts(context, backend):
+            for workers in WORKERS:
+                name = _name(backend, workers, start)
+                variants.append(_Variant(name, "episodata", workers, start, backend))
     variants += [
-        _Variant("transport 2 workers fork, numpy", "ceiling", 2, "fork", "numpy"),
-        _Variant("transport 2 workers fork, torch", "ceiling", 2, "fork", "torch"),
+        _Variant(_transport(workers, start), "ceiling", workers, start, "torch")
+        for start in _starts(context, None)
+        for workers in WORKERS
     ]
+    variants.append(_Variant("transport 2 workers fork, numpy", "ceiling", 2, "fork", "numpy"))
     return variants
 
 
@@ -97,7 +119,9 @@ def _subset(data: RowData, episodes: int) -> RowData:
     return RowData(rows, data.lengths[:episodes], data.offsets[:episodes], layout=data.layout)
 
 
-def _loader(context: Context, variant: _Variant, path: Path, preset: dict[str, Any]) -> Any:
+def _loader(
+    context: Context, variant: _Variant, sources: dict[str, Any], preset: dict[str, Any]
+) -> Any:
     import torch
     from torch.utils.data import DataLoader
 
@@ -105,8 +129,10 @@ def _loader(context: Context, variant: _Variant, path: Path, preset: dict[str, A
 
     s = context.sizes
     dataset: Any
-    if variant.source == "episodata":
-        dataset = Dataset.open(path, read_only=True).segments(sequence_length=s.image_length)
+    if variant.source in BACKENDS:
+        source = sources[variant.source]
+        opened = source if isinstance(source, Dataset) else Dataset.open(source, read_only=True)
+        dataset = opened.segments(sequence_length=s.image_length)
     else:
         # enough segments for a round (the sampler shuffles them: keep it small)
         size = s.image_batch * (s.loader_batches + 4)
@@ -148,7 +174,7 @@ def _round(context: Context, loader: Any, figure: Figure) -> tuple[float, float,
 
 
 def _measure(
-    context: Context, variants: list[_Variant], path: Path, preset: dict[str, Any]
+    context: Context, variants: list[_Variant], sources: dict[str, Any], preset: dict[str, Any]
 ) -> list[Figure]:
     figures = {v.name: Figure(v.name, v.role, "batches/s") for v in variants}
     rates: dict[str, list[float]] = {v.name: [] for v in variants}
@@ -160,7 +186,7 @@ def _measure(
                 continue
             context.log(f"  W8: {variant.name}")
             try:
-                loader = _loader(context, variant, path, preset)
+                loader = _loader(context, variant, sources, preset)
                 first_ms, rate, lat = _round(context, loader, figure)
             except Exception as err:  # noqa: BLE001 (reported in the table)
                 figure.status = f"error: {type(err).__name__}: {err}"
@@ -177,41 +203,50 @@ def _measure(
 
 
 def run_w8(context: Context) -> WorkloadResult:
-    """W8: DataLoader batches/s with 0 and 2 workers, and the workers' RSS."""
+    """W8: DataLoader batches/s with 0, 2 and 4 workers over three backends, worker RSS."""
+    from benchmarks.workloads.memory import memory_dataset
+
     s = context.sizes
     result = WorkloadResult(
         "W8",
-        f"segments() of W3's Zarr dataset through a DataLoader, L={s.image_length}, "
-        f"B={s.image_batch}, {s.loader_batches} batches per round",
+        f"segments() of W3's data (Zarr, npz directory, memory) through a DataLoader, "
+        f"L={s.image_length}, B={s.image_batch}, {s.loader_batches} batches per round",
     )
     data = load_image(context)
     path, _ = zarr_dataset(context, data)
     small_count = max(1, round(data.num_episodes * s.loader_small_fraction))
     small, _ = zarr_dataset(context, _subset(data, small_count), "image_small.zarr")
+    sources: dict[str, Any] = {
+        "zarr": path,
+        "npz_directory": _npz_dataset(context, data),
+        "memory": memory_dataset(data)[0],
+    }
     preset = _check_loader(path, context, data)
     episodes = data.num_episodes
     # forked workers inherit (and count in their RSS) whatever the parent holds: drop
     # the source rows so the workers' RSS shows what reading costs them
     del data
-    result.figures += _measure(context, _variants(context), path, preset)
+    variants = {variant.name: variant for variant in _variants(context)}
+    result.figures += _measure(context, list(variants.values()), sources, preset)
     for figure in result.figures:
-        if figure.role == "episodata":
+        variant = variants[figure.system]
+        if variant.role == "episodata" and variant.start is not None:
             # workers move every batch through the transport; without workers nothing does
-            has_workers = "2 workers" in figure.system
-            figure.extra["ceiling"] = _TRANSPORT if has_workers else ""
-    fork = _Variant(
-        f"episodata 2 workers fork, {small_count} episodes", "episodata", 2, "fork", "episodata"
-    )
-    result.figures += _measure(context, [fork], small, preset)
-    result.figures[-1].extra["ceiling"] = _TRANSPORT
-    result.targets.append(
-        ratio_target(result, "episodata 2 workers fork", "episodata 0 workers", 1.5)
-    )
-    if s.loader_spawn:
-        spawned = ratio_target(result, "episodata 2 workers spawn", "episodata 0 workers", 1.5)
-        spawned.note = "spawned workers (no helper process), for comparison"
-        result.targets.append(spawned)
-    fork_figure = result.figure("episodata 2 workers fork")
+            figure.extra["ceiling"] = _transport(variant.workers, variant.start)
+    fork = _Variant(f"zarr 2 workers fork, {small_count} episodes", "episodata", 2, "fork", "zarr")
+    result.figures += _measure(context, [fork], {"zarr": small}, preset)
+    result.figures[-1].extra["ceiling"] = _transport(2, "fork")
+    for backend in BACKENDS:
+        for start in _starts(context, backend):
+            for workers in WORKERS:
+                name = _name(backend, workers, start)
+                target = ratio_target(result, name, _transport(workers, start), 0.9)
+                without = result.figure(_name(backend, 0, None))
+                loaded = result.figure(name)
+                if without is not None and loaded is not None and without.rate and loaded.rate:
+                    target.note = f"{loaded.rate / without.rate:.2f}x of 0 workers"
+                result.targets.append(target)
+    fork_figure = result.figure("zarr 2 workers fork")
     big = fork_figure.extra.get("children_rss_mb") if fork_figure is not None else None
     little = result.figures[-1].extra.get("children_rss_mb")
     result.targets.append(
@@ -224,6 +259,17 @@ def run_w8(context: Context) -> WorkloadResult:
         )
     )
     return result
+
+
+def _npz_dataset(context: Context, data: RowData) -> Path:
+    """``data`` in an npz directory, written once per run."""
+    from episodata import Dataset
+
+    path = context.run_dir / "image.npz"
+    if not (path / "manifest.json").exists():
+        with Dataset.create(data.schema(), path, backend="npz_directory") as dataset:
+            dataset.add_episodes(data.episodes())
+    return path
 
 
 def _check_loader(path: Path, context: Context, data: RowData) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from benchmarks.ceilings import IndexPool, numpy_gather
 from benchmarks.data import ACTION, OBS, REWARD, RowData, image_data, load_or_make, state_data
@@ -96,7 +97,11 @@ def _segment_workload(
             check,
             pause=lambda: streams[-1].close(),
             note="segment_stream, default options (memory: no read-ahead thread)",
-            extra={"memory_ratio": round(memory, 3), "raw_mb": data.nbytes / (1 << 20)},
+            extra={
+                "memory_ratio": round(memory, 3),
+                "raw_mb": data.nbytes / (1 << 20),
+                "ceiling": "memcpy",
+            },
         )
 
     def threaded() -> Opened:
@@ -114,12 +119,20 @@ def _segment_workload(
             open_,
             pause=lambda: streams[-1].close(),
             note="the same dataset, prefetch=2: reads ahead in a thread",
+            extra={"ceiling": "memcpy"},
         )
 
     def ceiling() -> Opened:
         return Opened(
             lambda: lambda: numpy_gather(data.rows, pool.take()[2], length),
             note="X[idx], idx = first[:, None] + arange(L + 1), every field",
+        )
+
+    def copy() -> Opened:
+        return Opened(
+            lambda: memcpy_batches(data, pool, length),
+            note="np.copyto of the batch's bytes, one contiguous block per field, into a "
+            "preallocated buffer: the bandwidth bound of any copy of the batch",
         )
 
     def torchrl() -> Opened:
@@ -133,9 +146,11 @@ def _segment_workload(
     systems.add("episodata", "episodata", episodata)
     systems.add("episodata prefetch=2", "episodata", threaded)
     systems.add("numpy", "ceiling", ceiling)
+    systems.add("memcpy", "ceiling", copy)
     systems.add("torchrl-lazy", "peer", torchrl, requires="torchrl")
     systems.run()
     result.targets += [
+        ratio_target(result, "episodata", "memcpy", 0.7),
         ratio_target(result, "episodata", "numpy", 0.7),
         ratio_target(result, "episodata", "torchrl-lazy", 5.0),
     ]
@@ -144,6 +159,27 @@ def _segment_workload(
     result.targets.append(
         Target("memory RSS / raw bytes", 1.2, memory, comparison="<=", note="from_episodes")
     )
+
+
+def memcpy_batches(data: RowData, pool: IndexPool, length: int) -> Callable[[], Any]:
+    """A call that copies one batch's bytes of every field, as contiguous blocks.
+
+    Each call starts at the next pre-drawn window's first row, so the bytes come from
+    where the batch's rows would (caches or DRAM), and copies ``B * (L + 1)`` rows of
+    each field into buffers allocated once.
+    """
+    count = len(pool.rows[0]) * (length + 1)
+    total = data.num_rows
+    targets = {key: np.empty((count, *a.shape[1:]), a.dtype) for key, a in data.rows.items()}
+
+    def call() -> dict[str, npt.NDArray[Any]]:
+        first = int(pool.take()[2][0])
+        lo = min(first, total - count)
+        for key, array in data.rows.items():
+            np.copyto(targets[key], array[lo : lo + count])
+        return targets
+
+    return call
 
 
 def run_w1(context: Context) -> WorkloadResult:

@@ -3,9 +3,11 @@
 A reader process that trains while another process records refreshes between epochs:
 ``dataset.refresh()``, then ``segments.refresh()``, and the next epoch should visit every
 window of the grown dataset exactly once. Workers started anew each epoch (the default)
-do; persistent workers keep the dataset and index they were forked with, and the first
-index past their stale length raises ``IndexError: segment index out of range`` in the
-worker (found while building the concurrent-reader check; not fixed here).
+do. Persistent workers keep the copy of ``segments`` they were started with; they used
+to keep its stale index too, and the first index past its length raised ``IndexError:
+segment index out of range`` in the worker. Now they follow the main process's refresh.
+An in-memory dataset's persistent workers cannot see the new episodes at all: they say
+so instead of reading a stale index.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from episodata_core.dataset import Dataset
+from episodata_core.errors import DatasetStateError
 from episodata_core.testing import example_schema
 from episodata_core.testing._crash_writer import bulk_episode
 from episodata_core.testing._reader_checks import TAG_KEY, reader_episode, reader_schema
@@ -49,21 +52,11 @@ def _epoch(loader: DataLoader[Any]) -> list[tuple[int, int]]:
     return sorted(seen)
 
 
-@pytest.mark.parametrize(
-    "persistent",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=IndexError,
-                reason="persistent workers keep the index they were forked with",
-            ),
-        ),
-    ],
-)
-def test_an_epoch_after_refresh_visits_every_new_window(tmp_path: Path, persistent: bool) -> None:
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_epoch_after_refresh_visits_every_new_window(
+    tmp_path: Path, persistent: bool, context: str
+) -> None:
     location = str(tmp_path / "dataset")
     writer = Dataset.create(SCHEMA, location, backend="npz_directory")
     for episode in range(4):
@@ -77,7 +70,7 @@ def test_an_epoch_after_refresh_visits_every_new_window(tmp_path: Path, persiste
         num_workers=2,
         collate_fn=segments.collate,
         persistent_workers=persistent,
-        multiprocessing_context="fork",
+        multiprocessing_context=context,
     )
     assert _epoch(loader) == _windows(range(4))
     for episode in range(4, 8):  # the recorder goes on
@@ -88,3 +81,24 @@ def test_an_epoch_after_refresh_visits_every_new_window(tmp_path: Path, persiste
     assert _epoch(loader) == _windows(range(8))
     reader.close()
     writer.close()
+
+
+def test_persistent_workers_of_a_memory_dataset_refuse_a_refreshed_index() -> None:
+    dataset = Dataset.create(SCHEMA, None, backend="memory")
+    for episode in range(4):
+        dataset.add_episode(bulk_episode(SCHEMA, reader_episode(SCHEMA, episode)))
+    segments = dataset.segments(L)
+    loader: DataLoader[Any] = DataLoader(
+        segments,  # type: ignore[arg-type]
+        batch_size=16,
+        num_workers=1,
+        collate_fn=segments.collate,
+        persistent_workers=True,
+        multiprocessing_context="fork",
+    )
+    assert _epoch(loader) == _windows(range(4))
+    for episode in range(4, 6):  # written after the worker was forked: it cannot see them
+        dataset.add_episode(bulk_episode(SCHEMA, reader_episode(SCHEMA, episode)))
+    segments.refresh()
+    with pytest.raises(DatasetStateError, match="persistent_workers=False"):
+        _epoch(loader)

@@ -247,10 +247,21 @@ def assert_one_shared_buffer(batch: Any, where: str, *, shared: bool = True) -> 
     assert obs.ctypes.data == buffer.ctypes.data, where
     if buffer.nbytes >= SHARE_MIN_BYTES:
         # it arrived as a view of a tensor over shared memory, not as pickled bytes
-        tensor = buffer.base
+        tensor = tensor_under(buffer)
         assert isinstance(tensor, torch.Tensor), f"{type(tensor).__name__} {where}"
         assert tensor.is_shared() == shared, where
-        assert tensor.untyped_storage().data_ptr() == buffer.ctypes.data, where
+        storage = tensor.untyped_storage()
+        begin = storage.data_ptr()
+        assert begin <= buffer.ctypes.data, where
+        assert buffer.ctypes.data + buffer.nbytes <= begin + storage.nbytes(), where
+
+
+def tensor_under(array: Any) -> Any:
+    """The object at the end of ``array``'s chain of bases (a tensor if it views one)."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
 
 
 MEMORY_AND_ZARR = [backend_param(name) for name in ("memory", "zarr")]
@@ -332,3 +343,73 @@ def test_worker_share_splits_the_cache_pool(monkeypatch: Any) -> None:
     monkeypatch.setattr(zarr_options, "dataloader_worker", lambda: worker)
     assert zarr_options.worker_share(options).cache_pool_bytes == 75
     assert options.cache_pool_bytes == 300
+
+
+# -- slots: a worker reuses a batch's shared memory once the main process let go ----------
+
+
+def shm_inode(batch: Any) -> int:
+    """The shared-memory file the batch's frames arrived in (its inode)."""
+    import os
+
+    storage = tensor_under(batch.buffers[OBS_KEY]).untyped_storage()
+    fd, _ = storage._share_fd_cpu_()
+    return os.fstat(fd).st_ino
+
+
+def in_order(segments: Any, workers: int, context: str | None = None) -> Any:
+    """Every epoch in the same order (no shuffling), persistent workers."""
+    return DataLoader(
+        segments,
+        batch_size=FRAME_BATCH,
+        num_workers=workers,
+        collate_fn=segments.collate,
+        multiprocessing_context=context,
+        persistent_workers=workers > 0,
+    )
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_worker_refills_a_slot_only_after_its_batch_is_dropped(
+    make_frames: Any, context: str
+) -> None:
+    segments = make_frames("memory").segments(sequence_length=L)
+    expected = list(in_order(segments, 0)) * 3  # three epochs
+    loader = in_order(segments, 1, context)
+    kept: list[tuple[int, Any]] = []
+    inodes: set[int] = set()
+    count = 0
+    for epoch in range(3):
+        for i, batch in enumerate(loader):
+            want = expected[count]
+            assert_same_batch(batch, want, f"batch {i} of epoch {epoch} on arrival")
+            if batch.buffers[OBS_KEY].nbytes >= SHARE_MIN_BYTES:
+                inodes.add(shm_inode(batch))
+                if count % 3 == 0:
+                    kept.append((count, batch))  # held: its slot must not be refilled
+            count += 1
+            del batch
+    # what was held still holds its own batch, though slots were refilled meanwhile
+    for position, batch in kept:
+        assert_same_batch(batch, expected[position], f"held batch {position} at the end")
+    shared = sum(b.buffers[OBS_KEY].nbytes >= SHARE_MIN_BYTES for b in expected)
+    # without reuse every large batch would bring a new segment; with it, the held ones
+    # plus the few in flight (the loader's prefetch_factor=2 for one worker)
+    assert len(inodes) <= len(kept) + 4, (len(inodes), shared)
+    assert shared > len(kept) + 4
+
+
+def test_a_dropped_batch_releases_its_slot() -> None:
+    transport = importlib.import_module("episodata_core.sampling.transport")
+    storage = torch.empty(transport._HEADER + 64, dtype=torch.uint8).share_memory_()
+    tensor = torch.empty(0, dtype=torch.uint8).set_(storage)
+    storage[0] = 1
+    layout = [("observation/observation", transport._HEADER, "|u1", (2, 1, 4))]
+    rest = {key: np.zeros((2, 1), dtype=bool) for key in transport._FLAG_KEYS}
+    batch = transport._arrive_slot(FRAMES, tensor, layout, rest, None)
+    del tensor
+    view = batch.buffers[OBS_KEY][1:]  # a view of a view still holds the slot
+    del batch
+    assert storage[0] == 1
+    del view
+    assert storage[0] == 0

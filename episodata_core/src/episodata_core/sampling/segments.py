@@ -7,16 +7,23 @@ The object pickles by location for persistent datasets, and notices when it runs
 another process, so each worker opens its own backend handle; memory datasets are
 inherited through ``fork`` without copies. The index is fixed between
 :meth:`SegmentDataset.refresh` calls, so a DataLoader sees a constant ``len``.
+
+Persistent DataLoader workers keep the copy of this object they started with, so a
+refresh in the main process is published on a small shared board (a generation, the
+episodes and the windows of the new index); a worker that sees a new generation
+refreshes its own handle and index over exactly those episodes before it reads.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import ArgumentError, SchemaError
+from episodata_core.errors import ArgumentError, DatasetStateError, SchemaError
+from episodata_core.protocols import EpisodeTable
 from episodata_core.sampling.index import EpisodeFilter, Pad, SegmentIndex, WindowSpec
 from episodata_core.sampling.read import read_windows, stack_segments
 from episodata_core.sampling.transport import for_transport
@@ -55,6 +62,10 @@ class SegmentDataset:
         # unpickles (and opens) it still reopens the dataset on first use, see dataset
         self._pid = os.getpid()
         self.index = SegmentIndex(dataset, spec.length, pad=pad, filter=filter)
+        # generation, episodes, windows of the main process's index; created before any
+        # worker starts, so that forked and spawned workers share it
+        self._board: Any = multiprocessing.RawArray("q", 3)
+        self._seen = 0  # the generation of the board this object's index matches
 
     @property
     def dataset(self) -> Dataset:
@@ -82,6 +93,8 @@ class SegmentDataset:
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         """One backend read for a whole batch of segment indices."""
+        if self._board is not None and self._board[0] != self._seen:
+            self._follow()
         episodes, starts = self.index.locate(self._positions(indices))
         return read_windows(
             self.dataset.access,
@@ -115,5 +128,60 @@ class SegmentDataset:
         return for_transport(Batch(self._dataset.schema, buffers, flags, split=self._spec.split))
 
     def refresh(self) -> None:
-        """Include episodes written since this object was made (changes ``len``)."""
+        """Include episodes written since this object was made (changes ``len``).
+
+        DataLoader workers follow, persistent ones included: each refreshes its own
+        handle and index over the same episodes before its next read.
+        """
         self.index.refresh()
+        board = self._board
+        if board is not None:
+            # the values before the generation: a worker reads them after seeing it
+            board[1], board[2] = self.index.num_episodes, len(self.index)
+            board[0] += 1
+            self._seen = board[0]
+
+    def _follow(self) -> None:
+        """In a worker: rebuild the index as the main process's last refresh left it."""
+        board = self._board
+        assert board is not None
+        generation, episodes, windows = board[0], board[1], board[2]
+        dataset = self.dataset  # this process's own handle
+        dataset.refresh()
+        with dataset._io_lock:
+            table = dataset.backend.episode_table()
+        if len(table) < episodes:
+            raise DatasetStateError(
+                f"this DataLoader worker sees {len(table)} episodes, but the main process "
+                f"refreshed segments() to {episodes}: a worker of an in-memory dataset "
+                "keeps the episodes it started with; pass persistent_workers=False so "
+                "that workers start again each epoch"
+            )
+        self.index.refresh_from(_first_episodes(table, episodes))
+        if len(self.index) != windows:
+            raise DatasetStateError(
+                f"this DataLoader worker indexes {len(self.index)} windows where the main "
+                f"process has {windows}: an episode that was ongoing at the main "
+                "process's refresh() changed since; refresh when no episode is being "
+                "recorded, or pass persistent_workers=False"
+            )
+        self._seen = generation
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(vars(self))
+        if multiprocessing.context.get_spawning_popen() is None:
+            # the board travels only to a process being started (a spawned worker);
+            # a copy pickled anywhere else is on its own
+            state["_board"] = None
+        return state
+
+
+def _first_episodes(table: EpisodeTable, count: int) -> EpisodeTable:
+    """The first ``count`` episodes of ``table``."""
+    return EpisodeTable(
+        length=table.length[:count],
+        terminated=table.terminated[:count],
+        truncated=table.truncated[:count],
+        ongoing=table.ongoing[:count],
+        present={key: value[:count] for key, value in table.present.items()},
+    )

@@ -2,14 +2,22 @@
 
 A DataLoader worker hands each batch to the main process by pickling it into a queue.
 NumPy arrays pickle by value: every byte is copied into a pipe and out again. Torch
-tensors pickle as a handle to shared memory, after one copy into it. For W8's 26 MB
-image batches the DataLoader moves 18.7 batches/s of NumPy arrays and 68.8 of tensors
-(docs/performance.md). So :meth:`SegmentDataset.collate
+tensors pickle as a handle to shared memory, after one copy into a *new* shared-memory
+segment, and a new segment is expensive: the kernel faults in and zeroes every page of
+it (for W8's 26 MB image batches about 20 ms of a worker's time, more than copying the
+bytes, 3 ms). So :meth:`SegmentDataset.collate
 <episodata_core.sampling.segments.SegmentDataset.collate>` returns a :class:`WorkerBatch`
-when it runs in a worker: it pickles its large arrays as tensors and unpickles as a plain
-:class:`~episodata_core.views.Batch` whose NumPy arrays view that shared memory. The main
-process gets what it gets without workers, and since only the row buffers travel,
-``obs`` and ``next_obs`` are rebuilt on arrival as two views of one buffer.
+when it runs in a worker, and the worker packs each batch's arrays into one *slot*: a
+shared-memory buffer of its own that it reuses once the main process has let go of the
+batch that last travelled in it. The first bytes of a slot say whether the main process
+still holds it: the worker sets them before sending, and the main process clears them
+when the last array of the batch is garbage collected. Reusing a slot costs one copy
+into memory whose pages are already in place, and the handle of a segment torch already
+shares.
+
+The main process gets what it gets without workers: a plain :class:`~episodata_core.views.Batch`
+of NumPy arrays, here views of the slot, and since only the row buffers travel, ``obs``
+and ``next_obs`` are rebuilt on arrival as two views of one buffer.
 
 Only a worker makes a WorkerBatch, and a worker has imported torch already: episodata
 never imports torch itself.
@@ -17,6 +25,9 @@ never imports torch itself.
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
@@ -32,12 +43,19 @@ if TYPE_CHECKING:
 __all__ = ["SHARE_MIN_BYTES", "WorkerBatch", "for_transport"]
 
 SHARE_MIN_BYTES = 1 << 20
-"""Arrays smaller than this pickle by value: below it a shared-memory segment (a file
+"""Batches smaller than this pickle by value: below it a shared-memory segment (a file
 descriptor sent over a socket, an mmap on each side) costs more than copying the bytes.
 Measured with 2 forked workers and one array per batch: at 256 KiB the pipe moved 2.7x
 as many batches as shared memory, at 768 KiB 1.2x; at 1 MiB shared memory moved 1.7x
 as many.
 """
+
+_HEADER = 64
+"""Bytes before a slot's arrays; byte 0 is 1 while the main process holds the slot."""
+
+_ALIGN = 64  # every array starts on a cache line (and any dtype's alignment)
+
+_ROUND = 1 << 20  # slots are sized in MiB, so batches of slightly different sizes share them
 
 
 class WorkerBatch(Batch):
@@ -52,8 +70,22 @@ class WorkerBatch(Batch):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # only the row buffers and flags travel: views are rebuilt from them on arrival
-        buffers = {key: _outbound(value) for key, value in self._buffers.items()}
         flags = self._flags
+        arrays = {
+            **self._buffers,
+            _FLAG_KEYS[0]: flags.terminated,
+            _FLAG_KEYS[1]: flags.truncated,
+            _FLAG_KEYS[2]: flags.mask,
+        }
+        packable = {key: value for key, value in arrays.items() if _packable(value)}
+        size = sum(value.nbytes for value in packable.values())
+        if size >= SHARE_MIN_BYTES and dataloader_worker() is not None:
+            slot, layout = _POOL.pack(packable)
+            rest = {key: value for key, value in arrays.items() if key not in packable}
+            return (_arrive_slot, (self._schema, slot, layout, rest, self._split))
+        # outside a worker (plain pickling) nothing would ever release a slot: every
+        # large array travels as a tensor of its own, as torch pickles it
+        buffers = {key: _outbound(value) for key, value in self._buffers.items()}
         outbound = (_outbound(flags.terminated), _outbound(flags.truncated), _outbound(flags.mask))
         return (_arrive, (self._schema, buffers, outbound, self._split))
 
@@ -108,3 +140,83 @@ def _arrive(
     split: int | None,
 ) -> Batch:
     return Batch(schema, buffers, Flags(*flags), split=split)
+
+
+_FLAG_KEYS = ("\0terminated", "\0truncated", "\0mask")  # never a field key ("role/key")
+
+
+def _packable(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and not value.dtype.hasobject
+
+
+class _SlotPool:
+    """A worker's shared-memory slots: uint8 torch tensors, reused once released."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the queue's feeder thread pickles; be safe anyway
+        self._pid = os.getpid()
+        self._slots: list[tuple[Any, np.ndarray[Any, Any]]] = []  # (tensor, its bytes)
+
+    def pack(
+        self, arrays: Mapping[str, np.ndarray[Any, Any]]
+    ) -> tuple[Any, list[tuple[str, int, str, tuple[int, ...]]]]:
+        """Copy ``arrays`` into a free slot; returns the slot and where each array lies."""
+        layout = []
+        end = _HEADER
+        for key, value in arrays.items():
+            layout.append((key, end, value.dtype.str, value.shape))
+            end += -(-value.nbytes // _ALIGN) * _ALIGN
+        with self._lock:
+            tensor, view = self._acquire(end)
+            for (_, offset, _, shape), value in zip(layout, arrays.values(), strict=True):
+                target = view[offset : offset + value.nbytes].view(value.dtype).reshape(shape)
+                np.copyto(target, value, casting="no")
+            view[0] = 1  # held by the main process until it lets go of the batch
+        return tensor, layout
+
+    def _acquire(self, size: int) -> tuple[Any, np.ndarray[Any, Any]]:
+        if self._pid != os.getpid():
+            # inherited through fork from a worker: those slots are the parent's
+            self._slots, self._pid = [], os.getpid()
+        free = [slot for slot in self._slots if slot[1][0] == 0 and len(slot[1]) >= size]
+        if free:
+            return min(free, key=lambda slot: len(slot[1]))
+        import torch  # a DataLoader worker has imported it: this costs nothing
+
+        # free slots too small for this batch would only grow in number: drop them
+        self._slots = [slot for slot in self._slots if slot[1][0] != 0]
+        tensor: Any = torch.empty(-(-size // _ROUND) * _ROUND, dtype=torch.uint8)
+        tensor.share_memory_()  # its pages are faulted in once, here, then reused
+        slot = (tensor, tensor.numpy())
+        self._slots.append(slot)
+        return slot
+
+
+_POOL = _SlotPool()
+
+
+def _release(storage: Any) -> None:
+    storage[0] = 0  # the worker may fill this slot again
+
+
+def _arrive_slot(
+    schema: DatasetSchema,
+    tensor: Any,
+    layout: list[tuple[str, int, str, tuple[int, ...]]],
+    rest: Mapping[str, Any],
+    split: int | None,
+) -> Batch:
+    # every array below is a view of ``data`` and keeps it alive (NumPy's base of a view
+    # is the first array up the chain that does not view another array); ``data`` is the
+    # object to watch, not ``tensor``: its base is another tensor object of the same memory
+    data = tensor.numpy()
+    arrays = dict(rest)
+    for key, offset, dtype, shape in layout:
+        kind = np.dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
+        arrays[key] = data[offset : offset + size].view(kind).reshape(shape)
+    # once the last array dies, tell the worker (the storage object keeps the memory
+    # mapped until then, and holds no array)
+    weakref.finalize(data, _release, tensor.untyped_storage()).atexit = False
+    flags = Flags(*(arrays.pop(key) for key in _FLAG_KEYS))
+    return Batch(schema, arrays, flags, split=split)
