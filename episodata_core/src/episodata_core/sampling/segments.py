@@ -148,7 +148,7 @@ class SegmentDataset:
         generation, episodes, windows = board[0], board[1], board[2]
         dataset = self.dataset  # this process's own handle
         dataset.refresh()
-        with dataset._io_lock:
+        with dataset.access.lock:
             table = dataset.backend.episode_table()
         if len(table) < episodes:
             raise DatasetStateError(
