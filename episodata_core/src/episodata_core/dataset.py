@@ -564,9 +564,13 @@ class Dataset:
 
     def refresh(self) -> None:
         """See episodes that another process wrote since this dataset was opened."""
-        backend = self._access.backend
-        if supports_persistence(backend):
-            backend.refresh()
+        access = self._access
+        # under the lock: a stream's read-ahead thread may be reading from the backend,
+        # and a refresh swaps what the backend reads from (a read across it saw zeros)
+        with access.lock:
+            backend = access.backend
+            if supports_persistence(backend):
+                backend.refresh()
 
     def copy_to(
         self,
