@@ -215,3 +215,31 @@ def test_quickstart_and_report_show_progress_on_a_terminal(tmp_path):
     piped = episodata("report", "quickstart-cartpole", "-o", "piped.html", cwd=tmp_path)
     assert piped.returncode == 0, piped.stderr
     assert "reading rewards" not in piped.stderr
+
+
+def test_export_shows_progress_on_a_terminal_and_writes_the_same_archive(tmp_path):
+    import hashlib
+
+    from episodata_d4rl.sample import write_sample
+
+    write_sample(tmp_path / "sample.hdf5", episodes=6)
+    episodata("import", "d4rl", "sample.hdf5", "hopper", "-q", cwd=tmp_path)
+    export = ["export", "offset-segments", "hopper=hopper"]
+    options = ["--offset", "5", "--per-env", "4", "--seed", "1"]
+    shown = on_a_terminal([*export, "on-terminal", *options], tmp_path)
+    assert "hopper: segments: 100%" in shown
+    assert "4/4" in shown
+    piped = episodata(*export, "piped", *options, cwd=tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    assert "%|" not in piped.stderr
+
+    def segments(name: str) -> dict[str, bytes]:
+        folder = tmp_path / name / "episodes"
+        return {
+            str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).digest()
+            for path in sorted(folder.rglob("*.npz"))
+        }
+
+    # a bar changes no byte of the segments
+    assert segments("on-terminal") == segments("piped")
+    assert len(segments("piped")) == 4

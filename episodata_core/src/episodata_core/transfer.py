@@ -213,13 +213,18 @@ def export_datasets(
     exporter: str,
     datasets: Dataset | Mapping[str, Dataset],
     destination: str | os.PathLike[str],
+    *,
+    progress: bool = False,
     **options: Any,
 ) -> Any:
     """Export one dataset, or several labelled ones, with the exporter named ``exporter``.
 
-    Returns the exporter's report.
+    ``progress=True`` asks an exporter whose options have a ``progress`` field (the
+    offset-segments exporter does) to show a bar. Returns the exporter's report.
     """
     exporter_cls: Any = registry.get_exporter(exporter)
+    if progress and "progress" in getattr(exporter_cls.Options, "model_fields", {}):
+        options.setdefault("progress", True)
     opts = validate_options(exporter_cls, options, f"exporter {exporter!r} option")
     labelled = {"dataset": datasets} if isinstance(datasets, Dataset) else dict(datasets)
     return exporter_cls().export(labelled, os.fspath(destination), opts)

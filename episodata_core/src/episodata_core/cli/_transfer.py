@@ -65,7 +65,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         opened = Dataset.open(path if sep else spec, read_only=True)
         datasets[label if sep else opened.location.rstrip("/").rsplit("/", 1)[-1]] = opened  # type: ignore[union-attr]
     try:
-        report = export_datasets(args.exporter, datasets, args.destination, **options)
+        report = export_datasets(
+            args.exporter,
+            datasets,
+            args.destination,
+            progress=progress_wanted(args.quiet),
+            **options,
+        )
     finally:
         for dataset in datasets.values():
             dataset.close()

@@ -209,6 +209,7 @@ class Pipeline:
                         export.exporter,
                         {label: result.dataset},
                         export.path,
+                        progress=progress,
                         **export.options,
                     ),
                 )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from episodata_core import location
+from episodata_core.authoring import progress_bar
 from episodata_core.errors import FormatError, IntegrityError
 from episodata_core.transfer import ImportWarningRecord
 from episodata_segments._checksums import SUMS_NAME, sha256sums_text, verify_sha256sums
@@ -54,7 +55,15 @@ _MANIFEST = "manifest.json"
 _ROWS = "manifest.jsonl"
 _README = "README.md"
 _SCRIPT = "build_episodes.py"
-_EXCLUDED_FROM_RECORD = {"readme", "provenance", "source_files", "overwrite", "validate_archive"}
+# how a run is shown or checked, not what it writes: the same archive either way
+_EXCLUDED_FROM_RECORD = {
+    "readme",
+    "provenance",
+    "source_files",
+    "overwrite",
+    "validate_archive",
+    "progress",
+}
 
 
 @dataclass(frozen=True)
@@ -139,7 +148,10 @@ class ArchiveBuilder:
         totals = dict.fromkeys(layout.nan_counted, 0)
         entries: list[SegmentEntry] = []
         try:
-            for cut in job.cuts:
+            cuts = progress_bar(
+                job.cuts, enabled=self.options.progress, what="segments", action=f"{job.label}:"
+            )
+            for cut in cuts:
                 arrays = cut_segment(job.dataset, layout, cut)
                 check_finite(arrays, layout, cut)
                 counts = nan_counts(arrays, layout)

@@ -80,6 +80,9 @@ class OffsetSegmentsExportOptions(BaseModel):
     source_files: dict[str, str] | None = Field(
         default=None, description="{label: original swm .h5}; enables check V7."
     )
+    progress: bool = Field(
+        default=False, description="Show a bar of the segments written, per label, on stderr."
+    )
 
     @field_validator("fields", mode="before")
     @classmethod
