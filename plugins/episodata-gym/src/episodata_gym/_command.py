@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from episodata_core.authoring import episode_progress
 from episodata_core.commands import Arg, arg
 from episodata_core.errors import MissingDependencyError
 
@@ -85,10 +84,7 @@ class QuickstartCommand:
             print(f"created {path} ({dataset.manifest.backend} backend)")
         with dataset:
             shown = not args.quiet and sys.stderr.isatty()
-            with episode_progress(
-                dataset, enabled=shown, action="recording CartPole-v1", total=args.episodes
-            ):
-                ids = record_episodes(env, dataset, args.episodes, seed=seed)
+            ids = record_episodes(env, dataset, args.episodes, seed=seed, progress=shown)
             recorded = _counted(len(ids), "CartPole-v1 episode")
             print(f"recorded {recorded} with random actions (seed {seed})")
             segment = dataset.episode(ids[0]).read()
