@@ -35,6 +35,7 @@ __all__ = [
     "StorageOptions",
     "Url",
     "WriterLock",
+    "check_lease",
     "clear_folder",
     "creation_state",
     "end_creation",
@@ -433,3 +434,15 @@ def clear_folder(folder: str | os.PathLike[str]) -> None:
         else:
             entry.unlink()
     fsync_directory(folder)
+
+
+def check_lease(url: str) -> None:
+    """Raise unless this process still holds its writer lease on the object-storage ``url``.
+
+    Object stores have no fencing: a writer whose lease expired while it stalled would
+    overwrite the chunks of the writer that took over, so a backend checks before it
+    writes data. Nothing to check for a location this process holds no lease on.
+    """
+    from episodata_core._objectstore import check_lease as check
+
+    check(url)

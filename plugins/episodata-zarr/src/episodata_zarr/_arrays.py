@@ -195,7 +195,7 @@ class Arrays:
         would overwrite the chunks of the writer that took over.
         """
         if self.remote is not None:
-            from episodata_core._objectstore import check_lease
+            from episodata_core.location import check_lease
 
             check_lease(self.remote.url)
 
