@@ -199,6 +199,7 @@ def test_copy_and_import_show_progress_on_a_terminal_only(tmp_path):
     copied = on_a_terminal(["copy", "src", "dst"], tmp_path)
     assert "100%" in copied
     assert "4/4" in copied
+    assert "MB/s" in copied
     text = on_a_terminal(["import", "d4rl", "sample.hdf5", "imp"], tmp_path)
     assert "importing d4rl: 5 episodes" in text
     assert "episodes/s" in text

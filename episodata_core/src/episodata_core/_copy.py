@@ -200,8 +200,14 @@ def _copy_from(
         flags = bool(table.terminated[index]), bool(table.truncated[index])
         return index, EpisodeRows(rows, terminated=flags[0], truncated=flags[1])
 
-    indexes = progress_bar(range(start, count), enabled=progress, what="episodes", action="copying")
-    episodes = _read_ahead(read, indexes, remote=location.is_remote(source.location or ""))
+    episodes = progress_bar(
+        _read_ahead(read, range(start, count), remote=location.is_remote(source.location or "")),
+        enabled=progress,
+        what="episodes",
+        action="copying",
+        total=count - start,
+        nbytes=lambda item: nbytes_of(item[1].rows),
+    )
     for batch in batched_by_bytes(
         episodes,
         batch_bytes(target.backend),

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from episodata_core.dataset import Dataset
 
@@ -31,16 +31,39 @@ def _tqdm() -> Any:
     return tqdm
 
 
-def progress_bar(items: Iterable[T], *, enabled: bool, what: str, action: str) -> Iterable[T]:
+def progress_bar(
+    items: Iterable[T],
+    *,
+    enabled: bool,
+    what: str,
+    action: str,
+    total: int | None = None,
+    nbytes: Callable[[T], int] | None = None,
+) -> Iterable[T]:
     """``items``, shown as a progress bar on stderr when ``enabled`` and tqdm is installed.
 
-    tqdm is optional: the core depends on numpy, pydantic and pluggy only, and the
-    ``episodata`` distribution adds tqdm for the command line.
+    ``total`` gives an iterator without a length its ETA; ``nbytes(item)`` adds the
+    megabytes done and their rate. tqdm is optional: the core depends on numpy, pydantic
+    and pluggy only, and the ``episodata`` distribution adds tqdm for the command line.
     """
     tqdm = _tqdm() if enabled else None
     if tqdm is None:
         return items
-    return cast("Iterable[T]", tqdm(items, unit=what.rstrip("s"), desc=f"{action} {what}"))
+    bar = tqdm(items, unit=what.rstrip("s"), desc=f"{action} {what}", total=total)
+    if nbytes is None:
+        return cast("Iterable[T]", bar)
+    return _with_rate(bar, nbytes)
+
+
+def _with_rate(bar: Any, nbytes: Callable[[T], int]) -> Iterator[T]:
+    done = 0
+    started = time.monotonic()
+    for item in bar:
+        done += nbytes(item)
+        rate = done / max(time.monotonic() - started, 1e-9) / 1e6
+        # shown at the bar's next refresh (tqdm's own pace), and in its final line
+        bar.set_postfix_str(f"{done / 1e6:.1f} MB, {rate:.1f} MB/s", refresh=False)
+        yield item
 
 
 class _Follower:
