@@ -91,7 +91,7 @@ def episodes(schema: DatasetSchema, *, max_steps: int = 8) -> st.SearchStrategy[
 
     Each is the ``[T + 1, ...]`` storage rows of every field; row 0 is the reset row,
     whose action and reward rows are zero, as the writers store them. Each optional
-    field is present or absent for the whole episode.
+    field is present or absent for the whole episode, and at least one field is present.
     """
     return _episodes(schema, max_steps)
 
@@ -100,8 +100,15 @@ def episodes(schema: DatasetSchema, *, max_steps: int = 8) -> st.SearchStrategy[
 def _episodes(draw: st.DrawFn, schema: DatasetSchema, max_steps: int) -> EpisodeRows:
     num_rows = draw(st.integers(0, max_steps)) + 1
     rows: dict[str, npt.NDArray[Any]] = {}
-    for spec in schema:
-        if spec.optional and not draw(st.booleans()):
+    specs = list(schema)
+    # every optional field may be absent, but not all of them at once: an episode's rows
+    # need at least one field (the core refuses an episode without any before a backend
+    # sees it), so the first field is kept when nothing else was drawn
+    present = [not spec.optional or draw(st.booleans()) for spec in specs]
+    if not any(present):
+        present[0] = True
+    for spec, keep in zip(specs, present, strict=True):
+        if not keep:
             continue
         values = draw(field_values(spec, num_rows))
         if spec.role in ("action", "reward"):
