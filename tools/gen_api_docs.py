@@ -965,7 +965,7 @@ def _document(page: Page, path: str) -> None:
         docs, values = _assignments(_defining_module(module_name, name, obj))
         if name == "__version__":
             page.add(f"### `{name}`", "", f"*value* `{module_name}.{name}`: the version string")
-            page.add("", "The version of episodata-core, e.g. `'0.1.0'`.")
+            page.add("", "The version of episodata-core, e.g. `'0.3.0'`.")
             return
         shown = " ".join(values.get(name, type(obj).__name__).split())
         page.add(f"### `{name}`", "", f"*value* `{module_name}.{name} = {shown}`")

@@ -4,7 +4,8 @@ A block is executed according to its info string: ``python`` blocks run in one
 namespace per document, in order, and ``bash`` blocks run in a subprocess. ``text``,
 ``toml`` and ``json`` blocks are shown, not run. Any other info string (or none) is an
 error, so that every block says what it is. ``<!-- no-run -->`` on the line right
-before a block skips it; it is meant only for commands that cannot run in a test.
+before a block skips it; it is meant only for commands that cannot run in a test, or that
+another test runs where they belong (``<!-- no-run: the test that runs it -->``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class Block:
     @property
     def no_run(self) -> bool:
         """Whether the block opted out with ``<!-- no-run -->``."""
-        return self.marker == NO_RUN
+        return self.marker is not None and (
+            self.marker == NO_RUN or self.marker.startswith(NO_RUN.removesuffix(" -->") + ":")
+        )
 
 
 def documents() -> list[Path]:

@@ -71,7 +71,7 @@ def test_d4rl_files_equal_the_local_executor(tmp_path):
     assert executor["name"] == "ray"
     assert executor["tasks"] == 3
     assert executor["cluster"]["cpus"] == 2
-    assert executor["versions"]["episodata-ray"] == "0.1.0"
+    assert executor["versions"]["episodata-ray"] == "0.3.0"
     assert local.dataset.manifest.metadata["pipeline"]["executor"] == {"name": "local"}
     # the staging area is gone, and the dataset opens as complete
     assert not Path(f"{tmp_path / 'out-ray'}.episodata-staging").exists()

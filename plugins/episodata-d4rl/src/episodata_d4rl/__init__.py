@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["D4RLImporter", "D4RLOptions", "D4RLReport", "FieldNames"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 
 class D4RLImporter:

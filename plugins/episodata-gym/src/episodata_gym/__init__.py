@@ -9,3 +9,5 @@ from episodata_gym._rollouts import record_episodes
 from episodata_gym._spaces import schema_from_gym_spaces
 
 __all__ = ["record_episodes", "schema_from_gym_spaces"]
+
+__version__ = "0.3.0"

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LeRobotExportOptions", "LeRobotExporter", "LeRobotImportOptions", "LeRobotImporter"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 _INSTALL = 'pip install "episodata[lerobot]"'
 

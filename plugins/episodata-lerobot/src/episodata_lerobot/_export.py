@@ -10,6 +10,7 @@ The folder is built in ``<out>.partial`` and renamed into place when complete.
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -313,7 +314,7 @@ def _write_meta(
     dataset_stats = {name: as_lists(aggregate(per)) for name, per in stats.items()}
     (meta / "stats.json").write_text(json.dumps(dataset_stats, indent=4))
     record = {
-        "exporter": "episodata-lerobot 0.1.0",
+        "exporter": f"episodata-lerobot {version('episodata-lerobot')}",
         "not_stored": NOT_STORED,
         "features": {c.name: c.spec.qualified_key for c in plan.columns},
         "episodes": flags,

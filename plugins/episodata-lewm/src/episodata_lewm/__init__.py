@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EpisodeSlice", "LeWMImporter", "LeWMOptions", "LeWMReport"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 
 class LeWMImporter:

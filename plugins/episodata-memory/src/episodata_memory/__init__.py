@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryBackend"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 
 class MemoryOptions(BaseModel):

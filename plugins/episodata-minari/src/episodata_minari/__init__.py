@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FieldNames", "MinariImporter", "MinariOptions"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 
 class MinariImporter:

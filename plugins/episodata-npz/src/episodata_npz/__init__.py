@@ -29,4 +29,4 @@ from episodata_npz._backend import NpzDirectoryBackend, NpzDirectoryOptions
 
 __all__ = ["NpzDirectoryBackend", "NpzDirectoryOptions"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RayExecutor", "read_episodes", "read_windows", "write_episodes"]
 
+__version__ = "0.3.0"
+
 
 def require_ray() -> None:
     """Raise :class:`MissingDependencyError` with the install command when Ray is missing."""

@@ -13,4 +13,4 @@ from episodata_report._render import render_report
 
 __all__ = ["SECTIONS", "__version__", "render_report"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"

@@ -24,3 +24,5 @@ __all__ = [
     "OffsetSegmentsImportOptions",
     "OffsetSegmentsImporter",
 ]
+
+__version__ = "0.3.0"

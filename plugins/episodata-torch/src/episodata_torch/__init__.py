@@ -9,3 +9,5 @@ from episodata_torch._tensordict import batch_to_tensordict
 from episodata_torch._torchrl import tensordict_to_episodes
 
 __all__ = ["batch_to_tensordict", "tensordict_to_episodes"]
+
+__version__ = "0.3.0"

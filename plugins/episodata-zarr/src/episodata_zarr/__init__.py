@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CodecName", "ZarrBackend", "ZarrOptions"]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 _FORKED = (
     "cannot {what} a Zarr dataset in a fork() child of a process that used TensorStore "
