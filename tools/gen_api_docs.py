@@ -96,7 +96,7 @@ SECTIONS: tuple[Section, ...] = (
                 "`Transition` share the accessors of `TransitionView`.",
                 (
                     "episodata_core.views:TransitionView",
-                    *_facade("Segment", "Batch", "Transition", "FieldGroup"),
+                    *_facade("Segment", "Batch", "Transition", "FieldGroup", "Fields"),
                 ),
             ),
             Group(
@@ -110,6 +110,16 @@ SECTIONS: tuple[Section, ...] = (
                     "episodata_core.sampling:UniformSampler",
                     "episodata_core.sampling:EpisodeUniformSampler",
                     "episodata_core.sampling:WithoutReplacementSampler",
+                ),
+            ),
+            Group(
+                "Reads by field key",
+                "The 0.2 API's direct reads: backends answer `read_fields(keys, selections)` "
+                "and `episode_length(id)` (see `SupportsReadFields`).",
+                (
+                    *_facade("Selection"),
+                    "episodata_core.selection:read_fields",
+                    "episodata_core.selection:episode_length",
                 ),
             ),
             Group("Statistics", "", _facade("FieldStats")),
@@ -223,6 +233,7 @@ SECTIONS: tuple[Section, ...] = (
                         "SupportsFlush",
                         "SupportsPersistence",
                         "PersistentBackend",
+                        "SupportsReadFields",
                         "SupportsVerify",
                         "supports_persistence",
                         "default_prefetch",

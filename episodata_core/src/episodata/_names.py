@@ -10,11 +10,8 @@ if TYPE_CHECKING:
 __all__ = ["LAZY"]
 
 LAZY: dict[str, LazyName] = {
-    # 0.2's names: its writers over ours (episodata.vector, episodata.action_out), and
-    # Fields, which FieldGroup serves as
-    "ActionOutWriter": ("episodata.action_out", "ActionOutWriter", None),
+    # 0.2's name of the role mapping, which FieldGroup serves as
     "Fields": ("episodata_core.views", "FieldGroup", None),
-    "VectorWriter": ("episodata.vector", "VectorWriter", None),
     # the backends ship in plugins, which import the core
     "MemoryBackend": ("episodata_memory", "MemoryBackend", "episodata-memory"),
     "NpzDirectoryBackend": ("episodata_npz", "NpzDirectoryBackend", "episodata-npz"),
