@@ -39,3 +39,28 @@ def test_zarr_accepts_shard_bytes(tmp_path):
     ds = Dataset.from_episodes([ep], path=tmp_path / "ds", backend="zarr", shard_bytes=1 << 20)
     assert ds.manifest.backend_options["shard_bytes"] == 1 << 20
     assert Dataset.open(tmp_path / "ds").episode(0).length == 3
+
+
+def test_gym_unsupported_space_is_schema_and_not_implemented_error():
+    from gymnasium import spaces
+
+    from episodata import SchemaError
+    from episodata.utils import schema_from_gym_spaces
+
+    with pytest.raises(SchemaError, match="Text") as raised:
+        schema_from_gym_spaces(spaces.Text(5), spaces.Discrete(2))
+    assert isinstance(raised.value, NotImplementedError)
+
+
+def test_gym_missing_dependency_names_the_extra():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; sys.modules['gymnasium'] = None\n"
+        "from episodata.utils import schema_from_gym_spaces\n"
+        "try:\n    schema_from_gym_spaces(None, None)\n"
+        "except ImportError as err:\n    print(err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert "episodata[gym]" in out.stdout, out.stderr
