@@ -676,8 +676,9 @@ def test_fields_selection(dataset: Dataset, episodes: list[Ep]) -> None:
     actions = dataset.segments(L, fields="action").__getitems__([0, 1])
     assert actions.fields == ("action/action",)
     np.testing.assert_array_equal(actions.action, expected["action"][:2], strict=True)
+    assert dict(actions.obs) == {}  # an unselected role reads as an empty mapping
     with pytest.raises(AttributeError, match="no observation field"):
-        _ = actions.obs
+        _ = actions.obs.observation
 
 
 def test_fields_selection_by_group() -> None:
