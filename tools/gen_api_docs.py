@@ -96,7 +96,7 @@ SECTIONS: tuple[Section, ...] = (
                 "`Transition` share the accessors of `TransitionView`.",
                 (
                     "episodata_core.views:TransitionView",
-                    *_facade("Segment", "Batch", "Transition", "FieldGroup"),
+                    *_facade("Segment", "Batch", "Transition", "FieldGroup", "Fields"),
                 ),
             ),
             Group(
@@ -110,6 +110,16 @@ SECTIONS: tuple[Section, ...] = (
                     "episodata_core.sampling:UniformSampler",
                     "episodata_core.sampling:EpisodeUniformSampler",
                     "episodata_core.sampling:WithoutReplacementSampler",
+                ),
+            ),
+            Group(
+                "Reads by field key",
+                "The 0.2 API's direct reads: backends answer `read_fields(keys, selections)` "
+                "and `episode_length(id)` (see `SupportsReadFields`).",
+                (
+                    *_facade("Selection"),
+                    "episodata_core.selection:read_fields",
+                    "episodata_core.selection:episode_length",
                 ),
             ),
             Group("Statistics", "", _facade("FieldStats")),
@@ -223,6 +233,7 @@ SECTIONS: tuple[Section, ...] = (
                         "SupportsFlush",
                         "SupportsPersistence",
                         "PersistentBackend",
+                        "SupportsReadFields",
                         "SupportsVerify",
                         "supports_persistence",
                         "default_prefetch",
@@ -830,13 +841,23 @@ def _dataclass_fields(page: Page, cls: type) -> None:
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:
+    """The class's own members, then those of its private bases (method groups).
+
+    A private base (``_DatasetReads``) is how a class keeps its methods in concept
+    modules; what it defines is the class's own API, so it is listed with the class:
+    the deepest base first (the state the others build on), then up the
+    method-resolution order. A name is listed once, from the class it resolves to;
+    public bases are documented on their own.
+    """
+    owners = [cls, *(b for b in reversed(cls.__mro__[1:-1]) if b.__name__.startswith("_"))]
     members = []
-    for name, value in vars(cls).items():
-        if name in SKIPPED_MEMBERS:
-            continue
-        if name.startswith("_") and name not in DUNDERS:
-            continue
-        members.append((name, value))
+    for owner in owners:
+        for name, value in vars(owner).items():
+            if name in SKIPPED_MEMBERS or inspect.getattr_static(cls, name) is not value:
+                continue
+            if name.startswith("_") and name not in DUNDERS:
+                continue
+            members.append((name, value))
     return members
 
 

@@ -773,7 +773,7 @@ BULK_IN_CASES = [
         "add_episode-unknown-alignment",
         lambda e: e.ds.add_episode(bulk_in(4), alignment="sideways"),
         SchemaError,
-        m("alignment must be 'action-in' or 'action-out', got 'sideways'"),
+        m("alignment must be 'action-in' or 'action-out'", "got 'sideways'"),
     ),
     case(
         "add_episode-action-in-without-initial",
@@ -1118,13 +1118,13 @@ STATE_CASES = [
     ),
     case(
         "role-missing-from-episode",
-        lambda e: e.ds.episode(0).read().info,
-        AttributeError,
+        lambda e: e.ds.episode(0).read().info["success"],
+        FieldNotFoundError,
         m("this Segment holds no info field", "schema info fields: ['success']"),
     ),
     case(
         "role-not-selected",
-        lambda e: e.ds.episode(0).read(fields=["observation"]).action,
+        lambda e: e.ds.episode(0).read(fields=["observation"]).action.button,
         AttributeError,
         m("this Segment holds no action field", "select them with fields="),
     ),
@@ -1164,7 +1164,7 @@ SCHEMA_CASES = [
         "schema-duplicate-key-in-role",
         lambda e: DatasetSchema([field("state"), field("state", shape=(2,))]),
         SchemaError,
-        m("duplicate observation field 'state': keys must be unique within a role"),
+        m("duplicate field key 'state' in role observation: keys must be unique within a role"),
     ),
     case(
         "schema-key-is-field-and-group",

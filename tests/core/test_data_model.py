@@ -263,15 +263,17 @@ def test_nested_access_by_key_path_attribute_and_chained_brackets() -> None:
     assert dict(segment.action.keyboard.flat()).keys() == {"jump", "crouch"}
 
 
-def test_iteration_yields_the_present_keys_one_level_down() -> None:
+def test_a_role_iterates_full_keys_and_a_nested_group_its_children() -> None:
+    # compat.md: the flat keys are the stable names; attribute access rebuilds the tree
     dataset = Dataset.from_episodes([nested_episode()])
     segment = dataset.episode(0).read()
-    assert list(segment.action) == ["move", "camera", "keyboard"]
-    assert len(segment.action) == 3
+    assert list(segment.action) == ["move", "camera", "keyboard/jump", "keyboard/crouch"]
+    assert len(segment.action) == 4
+    assert "keyboard" in segment.action
     assert list(segment.action.keyboard) == ["jump", "crouch"]
     assert list(segment.obs) == ["camera", "state"]
     selected = dataset.episode(0).read(fields=["action/keyboard/jump", "observation/state"])
-    assert list(selected.action) == ["keyboard"]
+    assert list(selected.action) == ["keyboard/jump"]
     assert list(selected.action.keyboard) == ["jump"]
     assert list(selected.obs) == ["state"]
 
@@ -288,8 +290,10 @@ def test_unknown_names_raise_errors_that_name_what_is_missing() -> None:
         segment.action["keyboard"]["run"]
     with pytest.raises(AttributeError, match=r"'run'"):
         _ = segment.action.keyboard.run
+    # a role without fields is an empty mapping (compat.md); looking into it says why
+    assert dict(segment.info) == {}
     with pytest.raises(AttributeError, match="no info field"):
-        _ = segment.info
+        _ = segment.info.success
 
 
 def test_camera_observation_and_camera_action_coexist() -> None:
@@ -530,8 +534,9 @@ def test_select_by_key_group_and_role_key() -> None:
     assert set(chosen.fields) == {"action/keyboard/jump", "reward/reward"}
     np.testing.assert_array_equal(chosen.reward, segment.reward, strict=True)
     assert np.shares_memory(chosen.reward, segment.reward)  # selection never copies
+    assert dict(chosen.obs) == {}  # an unselected role reads as an empty mapping
     with pytest.raises(AttributeError, match="no observation field"):
-        _ = chosen.obs
+        _ = chosen.obs.camera
     with pytest.raises(FieldNotFoundError, match="'sonar' matches no field"):
         segment.select("sonar")
     # only fields the view holds can be selected

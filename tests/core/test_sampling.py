@@ -456,8 +456,9 @@ def test_sample_transitions_seed_filter_and_fields(dataset: Dataset, episodes: l
 
     only_obs = dataset.sample_transitions(8, seed=6, fields=["observation"])
     assert only_obs.fields == ("observation/observation",)
-    with pytest.raises(AttributeError, match="no action field"):
-        _ = only_obs.action
+    assert dict(only_obs.action) == {}  # an unselected role reads as an empty mapping
+    with pytest.raises(KeyError, match="no action field"):
+        only_obs.action["action"]
 
 
 def test_sample_transitions_keeps_its_index_between_calls(
@@ -669,13 +670,15 @@ def test_fields_selection(dataset: Dataset, episodes: list[Ep]) -> None:
     )
     assert batch.fields == ("observation/observation",)
     np.testing.assert_array_equal(batch.all_obs, expected["all_obs"], strict=True)
+    assert dict(batch.action) == {}  # an unselected role reads as an empty mapping
     with pytest.raises(AttributeError, match="select them with fields="):
-        _ = batch.action
+        _ = batch.action.action
     actions = dataset.segments(L, fields="action").__getitems__([0, 1])
     assert actions.fields == ("action/action",)
     np.testing.assert_array_equal(actions.action, expected["action"][:2], strict=True)
+    assert dict(actions.obs) == {}  # an unselected role reads as an empty mapping
     with pytest.raises(AttributeError, match="no observation field"):
-        _ = actions.obs
+        _ = actions.obs.observation
 
 
 def test_fields_selection_by_group() -> None:

@@ -31,7 +31,11 @@ from episodata_core.errors import (
 )
 from episodata_core.manifest import Manifest
 from episodata_core.pipeline import Pipeline
+from episodata_core.protocols import Sampler, StorageBackend
+from episodata_core.registry import get_backend, register_backend
+from episodata_core.sampling import SegmentDataset, SegmentStream, UniformSampler
 from episodata_core.schema import DatasetSchema, FieldSpec
+from episodata_core.selection import Selection
 from episodata_core.stats import FieldStats
 from episodata_core.transfer import ImportReport, export_datasets, import_dataset
 from episodata_core.views import Batch, FieldGroup, Segment, Transition
@@ -67,11 +71,19 @@ __all__ = [
     "PluginConflictError",
     "PluginError",
     "PluginNotFoundError",
+    "Sampler",
     "SchemaError",
     "Segment",
+    "SegmentDataset",
+    "SegmentStream",
+    "Selection",
+    "StorageBackend",
     "Transition",
+    "UniformSampler",
     "VectorEpisodeWriter",
     "__version__",
     "export_datasets",
+    "get_backend",
     "import_dataset",
+    "register_backend",
 ]

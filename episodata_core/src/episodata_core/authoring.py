@@ -61,6 +61,7 @@ PLUGIN_SURFACE: tuple[str, ...] = (
     "episodata_core.registry",
     "episodata_core.sampling.workers",
     "episodata_core.schema",
+    "episodata_core.selection",  # Selection and the 0.2 reads by field key
     "episodata_core.stats",
     "episodata_core.testing",
     "episodata_core.transfer",

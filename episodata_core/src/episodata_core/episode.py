@@ -35,6 +35,16 @@ class Episode:
         """The episode's position in the dataset (its id): ``dataset.episode(index)``."""
         return self._index
 
+    @property
+    def id(self) -> int:
+        """The episode's id, the same as :attr:`index` (0.2's name)."""
+        return self._index
+
+    @property
+    def length(self) -> int:
+        """T, the number of transitions written so far (``len(episode)``)."""
+        return self._status()[0]
+
     def _status(self) -> tuple[int, bool, bool, bool]:
         table = self._dataset.backend.episode_table()
         i = self.index
@@ -91,7 +101,6 @@ class Episode:
         self,
         start: int | None = 0,
         stop: int | None = None,
-        *,
         fields: str | Iterable[str] | None = None,
     ) -> Segment:
         """Transitions ``[start, stop)``, with Python's slice rules for negatives and ``None``."""

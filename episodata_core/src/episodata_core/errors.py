@@ -27,6 +27,7 @@ __all__ = [
     "PluginNotFoundError",
     "SchemaError",
     "StorageError",
+    "UnsupportedSpaceError",
 ]
 
 
@@ -45,6 +46,14 @@ class ArgumentError(SchemaError):
     names the argument. It subclasses :class:`SchemaError` only so that code written
     when these were raised as ``SchemaError`` keeps catching them; catch
     ``ArgumentError`` (or ``ValueError``) in new code.
+    """
+
+
+class UnsupportedSpaceError(SchemaError, NotImplementedError):
+    """A Gymnasium space has no fixed per-step shape and dtype (``Text``, ``Graph``, ...).
+
+    Also a ``NotImplementedError``, as episodata 0.2 raised it, so code that caught that
+    keeps working.
     """
 
 

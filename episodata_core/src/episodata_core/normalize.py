@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Alignment",
     "SplitEpisode",
+    "canonical_alignment",
     "coerce",
     "flatten",
     "split_episode",
@@ -38,7 +39,7 @@ __all__ = [
     "to_rows",
 ]
 
-Alignment = Literal["action-in", "action-out"]
+Alignment = Literal["action-in", "action-out", "action_in", "action_out"]
 
 # canonical bulk key -> accepted spellings; one table for bulk dicts and single steps
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -216,13 +217,26 @@ def split_episode(
     return split
 
 
-def _alignment(data: Mapping[str, Any], alignment: Alignment | None, where: str) -> Alignment:
+def canonical_alignment(alignment: str) -> Literal["action-in", "action-out"]:
+    """``"action-in"`` or ``"action-out"`` for either spelling (``"action_in"`` is 0.2's)."""
+    spelled = {"action-in": "action-in", "action_in": "action-in"}
+    spelled.update({"action-out": "action-out", "action_out": "action-out"})
+    if alignment not in spelled:
+        raise ArgumentError(
+            f"alignment must be 'action-in' or 'action-out' ('action_in'/'action_out' "
+            f"too), got {alignment!r}"
+        )
+    return "action-in" if spelled[alignment] == "action-in" else "action-out"
+
+
+def _alignment(
+    data: Mapping[str, Any], alignment: Alignment | None, where: str
+) -> Literal["action-in", "action-out"]:
     if alignment is not None:
-        if alignment not in ("action-in", "action-out"):
-            raise ArgumentError(f"alignment must be 'action-in' or 'action-out', got {alignment!r}")
-        if alignment == "action-in" and "initial_observation" not in data:
+        canonical = canonical_alignment(alignment)
+        if canonical == "action-in" and "initial_observation" not in data:
             raise SchemaError(f"{where}: action-in episodes need 'initial_observation'")
-        return alignment
+        return canonical
     if "initial_observation" in data:
         return "action-in"
     if "final_observation" in data:

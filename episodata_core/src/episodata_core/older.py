@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from episodata_core import selection
 from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_core.manifest import Manifest, Provenance
 from episodata_core.schema import DatasetSchema, FieldSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     import numpy.typing as npt
 
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
+    from episodata_core.selection import Selection
 
 __all__ = ["NoOptions", "ReadOnlyBackend", "manifest_from_02", "read_npz_members"]
 
@@ -101,6 +103,16 @@ class ReadOnlyBackend:
                 raise KeyError(f"optional field {key!r} is absent from episode {episode}")
             out[key] = self._read(episode, start, stop, self._schema[key])
         return out
+
+    def read_fields(
+        self, keys: Iterable[str], selections: Sequence[Selection]
+    ) -> list[dict[str, npt.NDArray[Any]]]:
+        """Rows of ``keys`` for each selection (0.2's read), with one :meth:`gather_rows`."""
+        return selection.read_fields(self, keys, selections)
+
+    def episode_length(self, episode_id: int) -> int:
+        """Stored rows of the episode: T + 1."""
+        return selection.episode_length(self, episode_id)
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """A batch of windows, one :meth:`_read` per window and field (absent: zeros)."""

@@ -17,7 +17,7 @@ episode has the same number of rows. Fields are addressed by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from episodata_core.dataset import Dataset
     from episodata_core.schema import DatasetSchema
+    from episodata_core.selection import Selection
     from episodata_core.transfer import ImportResult
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "SupportsAppendStep",
     "SupportsFlush",
     "SupportsPersistence",
+    "SupportsReadFields",
     "SupportsVerify",
     "supports_persistence",
 ]
@@ -273,6 +275,32 @@ class SupportsAddEpisodes(Protocol):
         backends that commit them at once leave all or none. An empty sequence writes
         nothing.
         """
+        ...
+
+
+@runtime_checkable
+class SupportsReadFields(Protocol):
+    """A backend that answers the 0.2 API's direct reads by field key and row range.
+
+    The built-in backends implement both methods with
+    :func:`episodata_core.selection.read_fields` and
+    :func:`~episodata_core.selection.episode_length`, which work over
+    :meth:`StorageBackend.gather_rows` and :meth:`StorageBackend.episode_table`; a
+    backend without them is read the same way through those functions.
+    """
+
+    def read_fields(
+        self, keys: Iterable[str], selections: Sequence[Selection]
+    ) -> list[dict[str, npt.NDArray[Any]]]:
+        """One mapping per selection (in order) from each key to its ``[length, ...]`` rows.
+
+        Keys are flat (``"camera"``) or ``role/key``; one batched read serves the whole
+        list. A field absent from a selected episode raises ``KeyError``.
+        """
+        ...
+
+    def episode_length(self, episode_id: int) -> int:
+        """Stored rows of the episode: T + 1 (its reset row and one per step)."""
         ...
 
 

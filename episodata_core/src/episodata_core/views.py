@@ -63,15 +63,27 @@ class FieldGroup(Mapping[str, Any]):
     """The fields of one role (or a ``/`` group within it) as a read-only mapping.
 
     ``group["camera"]``, ``group.camera``, ``group["keyboard/jump"]``,
-    ``group.keyboard.jump`` and ``group["keyboard"]["jump"]`` all work; iteration yields
-    the names one level down, in schema order.
+    ``group.keyboard.jump`` and ``group["keyboard"]["jump"]`` all work. Iterating a
+    role's group yields its fields' full ``/`` keys (``"keyboard/jump"``, the stable
+    names), in schema order; iterating a nested group (``group.keyboard``) yields the
+    names one level down. A role without fields (or whose fields were not read) is an
+    empty group whose lookups say why.
     """
 
-    __slots__ = ("_arrays", "_path")
+    __slots__ = ("_arrays", "_nested", "_path", "_why_empty")
 
-    def __init__(self, arrays: Mapping[str, Any], path: str) -> None:
+    def __init__(
+        self,
+        arrays: Mapping[str, Any],
+        path: str,
+        *,
+        nested: bool = False,
+        why_empty: str = "",
+    ) -> None:
         self._arrays = dict(arrays)
         self._path = path
+        self._nested = nested
+        self._why_empty = why_empty
 
     def __getitem__(self, key: str) -> Any:
         if key in self._arrays:
@@ -79,32 +91,42 @@ class FieldGroup(Mapping[str, Any]):
         prefix = key + "/"
         members = {k[len(prefix) :]: v for k, v in self._arrays.items() if k.startswith(prefix)}
         if not members:
-            raise FieldNotFoundError(
-                f"{self._path} has no field or group {key!r} (it has: {sorted(self)})"
-            )
-        return FieldGroup(members, f"{self._path}/{key}")
+            raise FieldNotFoundError(self._missing(key))
+        return FieldGroup(members, f"{self._path}/{key}", nested=True)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name in FieldGroup.__slots__:
             raise AttributeError(name)
         try:
             return self[name]
         except KeyError:
-            raise AttributeError(
-                f"{self._path} has no field or group {name!r} (it has: {sorted(self)})"
-            ) from None
+            raise AttributeError(self._missing(name)) from None
+
+    def _missing(self, key: str) -> str:
+        message = f"{self._path} has no field or group {key!r}"
+        if self._why_empty:
+            return f"{message}: {self._why_empty}"
+        return f"{message} (it has: {sorted(self._arrays)})"
 
     def __iter__(self) -> Iterator[str]:
+        if not self._nested:
+            return iter(self._arrays)
         seen: dict[str, None] = {}
         for key in self._arrays:
             seen.setdefault(key.split("/", 1)[0], None)
         return iter(seen)
 
+    def __contains__(self, key: object) -> bool:
+        # a group's name is in it too: "keyboard" in segment.action, as ["keyboard"] works
+        if not isinstance(key, str):
+            return False
+        return key in self._arrays or any(k.startswith(key + "/") for k in self._arrays)
+
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
     def __dir__(self) -> Iterable[str]:
-        return [*super().__dir__(), *self]
+        return [*super().__dir__(), *{key.split("/", 1)[0]: None for key in self._arrays}]
 
     def flat(self) -> dict[str, Any]:
         """Every leaf under this group, keyed by its ``/`` path relative to the group."""
@@ -301,11 +323,14 @@ class TransitionView:
             if spec.role == role
         }
         if not arrays:
+            # an empty mapping, as for a role without fields: code that reads every
+            # role skips empty ones; a lookup in it explains what is missing
             declared = [spec.key for spec in self._schema.by_role(role)]
-            raise AttributeError(
+            why = (
                 f"this {type(self).__name__} holds no {role} field (schema {role} fields: "
                 f"{declared}; read: {list(self._buffers)}); select them with fields="
             )
+            return FieldGroup({}, _ROLE_NAMES[role][rows], why_empty=why)
         if self._schema.is_bare(role):
             return arrays[role]
         return FieldGroup(arrays, _ROLE_NAMES[role][rows])

@@ -106,6 +106,10 @@ class SegmentDataset:
             split=self._spec.split,
         )
 
+    def fetch(self, indices: Sequence[int]) -> Batch:
+        """Segments ``indices`` as one :class:`Batch`, read with one backend call."""
+        return self.__getitems__(indices)
+
     def __getitem__(self, i: int) -> Segment:
         """Segment ``i``: ``[L + 1, ...]`` buffers without a batch axis."""
         batch = self.__getitems__([i])

@@ -33,9 +33,11 @@ from episodata_core.protocols import (
     StorageBackend,
     SupportsAddEpisodes,
     SupportsPersistence,
+    SupportsReadFields,
     SupportsVerify,
     supports_persistence,
 )
+from episodata_core.selection import Selection
 from episodata_core.testing.examples import (
     assert_same_table,
     bulk_from_rows,
@@ -137,6 +139,11 @@ class BackendTests(PackagingTests, Generic[B]):
     def _require_add_episodes(self, backend: object) -> SupportsAddEpisodes:
         if not isinstance(backend, SupportsAddEpisodes):
             pytest.skip(f"{self.backend_cls.__name__} has no add_episodes (the core loops)")
+        return backend
+
+    def _require_read_fields(self, backend: object) -> SupportsReadFields:
+        if not isinstance(backend, SupportsReadFields):
+            pytest.skip(f"{self.backend_cls.__name__} has no read_fields (the core gathers)")
         return backend
 
     def _require_verify(self, backend: object) -> SupportsVerify:
@@ -251,6 +258,55 @@ class BackendTests(PackagingTests, Generic[B]):
         assert sorted(window) == ["action/camera", "observation/state"]
         np.testing.assert_array_equal(window["observation/state"], rows["observation/state"][2:6])
         np.testing.assert_array_equal(window["action/camera"], rows["action/camera"][2:6])
+
+    def test_read_fields_returns_each_selection_in_order(
+        self, backend: B, schema: DatasetSchema
+    ) -> None:
+        reader = self._require_read_fields(backend)
+        episodes = self._fill(backend, schema)
+        # unequal lengths, a repeated episode, the ongoing one, an empty range, the end
+        picks = [(2, 5, 20), (0, 0, 3), (5, 1, 7), (2, 0, 1), (4, 2, 2), (0, 11, 12)]
+        selections = [Selection(e, a, b) for e, a, b in picks]
+        # flat keys where unique, role/key for the key two roles share, in a given order
+        keys = ["keyboard/jump", "observation/camera", "state", "action/camera", "reward"]
+        qualified = {"keyboard/jump": "action/keyboard/jump", "state": "observation/state"}
+        qualified["reward"] = "reward/reward"
+        out = reader.read_fields(keys, selections)
+        assert len(out) == len(selections)
+        for got, (episode, start, stop) in zip(out, picks, strict=True):
+            assert list(got) == keys
+            for key in keys:
+                expected = episodes[episode][qualified.get(key, key)][start:stop]
+                assert got[key].dtype == expected.dtype, key
+                np.testing.assert_array_equal(got[key], expected, err_msg=key)
+        assert reader.read_fields(keys, []) == []
+
+    def test_read_fields_refuses_absent_fields_and_ranges(
+        self, backend: B, schema: DatasetSchema
+    ) -> None:
+        reader = self._require_read_fields(backend)
+        self._fill(backend, schema)  # episode 1 stores no depth
+        depth = reader.read_fields(["depth"], [Selection(0, 0, 4)])
+        assert depth[0]["depth"].shape == (4, 4)
+        with pytest.raises(KeyError, match=r"'depth' is absent from episode 1"):
+            reader.read_fields(["depth"], [Selection(0, 0, 4), Selection(1, 0, 2)])
+        with pytest.raises(KeyError, match=r"unknown field 'sonar'"):
+            reader.read_fields(["sonar"], [Selection(0, 0, 1)])
+        with pytest.raises(KeyError, match=r"'camera' is in roles 'observation' and 'action'"):
+            reader.read_fields(["camera"], [Selection(0, 0, 1)])
+        with pytest.raises(IndexError, match=r"episode 1, which has 3 rows"):
+            reader.read_fields(["state"], [Selection(1, 0, 4)])
+        with pytest.raises(IndexError, match=r"episode 9 does not exist"):
+            reader.read_fields(["state"], [Selection(9, 0, 1)])
+
+    def test_episode_length_counts_stored_rows(self, backend: B, schema: DatasetSchema) -> None:
+        reader = self._require_read_fields(backend)
+        episodes = self._fill(backend, schema)
+        for episode, rows in episodes.items():
+            # rows, T + 1: the reset row and one per step, ongoing episodes too
+            assert reader.episode_length(episode) == len(rows["observation/state"])
+        with pytest.raises(IndexError, match="episode 6 does not exist"):
+            reader.episode_length(6)
 
     @settings(
         max_examples=8,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodata_core.errors import MissingDependencyError, SchemaError
+from episodata_core.errors import MissingDependencyError, SchemaError, UnsupportedSpaceError
 from episodata_core.schema import DatasetSchema, FieldSpec
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def _where(role: Role, path: tuple[str, ...]) -> str:
     return f"{role} space {'/'.join(path)!r}" if path else f"{role} space"
 
 
-def _unsupported(space: object, role: Role, path: tuple[str, ...]) -> SchemaError:
+def _unsupported(space: object, role: Role, path: tuple[str, ...]) -> UnsupportedSpaceError:
     from gymnasium import spaces
 
     if isinstance(space, spaces.Text):
@@ -250,7 +250,7 @@ def _unsupported(space: object, role: Role, path: tuple[str, ...]) -> SchemaErro
         why = "episodata does not know its per-step shape"
     else:
         why = "it is not a gymnasium space"
-    return SchemaError(
+    return UnsupportedSpaceError(
         f"{_where(role, path)} is a {type(space).__name__}, which has no fixed per-step "
         f"shape and dtype: {why}. Supported spaces: {', '.join(SUPPORTED_SPACES)}. "
         f"Wrap the environment to convert it, or declare the schema with FieldSpec."

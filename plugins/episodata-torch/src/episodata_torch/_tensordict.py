@@ -9,7 +9,6 @@ The reverse, TorchRL collector output to episodes, is :mod:`episodata_torch._tor
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -124,10 +123,10 @@ def batch_to_tensordict(
     moved = batch.map(convert)
     roles: dict[str, Any] = {}
     for name, accessor in _PER_TRANSITION:
-        try:
-            roles[name] = _nested(getattr(moved, accessor))
-        except AttributeError:
-            continue  # the batch holds no field of this role
+        value = _nested(getattr(moved, accessor))
+        if isinstance(value, dict) and not value:
+            continue  # the batch holds no field of this role (an empty mapping)
+        roles[name] = value
     flags = {name: getattr(moved, name) for name in _FLAGS}
     batch_size = list(moved.mask.shape)
     if aligned is not None:
@@ -137,8 +136,9 @@ def batch_to_tensordict(
     source: dict[str, Any] = {**flags, **roles}
     if include_all_observations:
         source["all_observations"] = _nested(moved.all_obs)
-        with contextlib.suppress(AttributeError):  # no info fields
-            source["all_infos"] = _nested(moved.all_infos)
+        all_infos = _nested(moved.all_infos)
+        if not (isinstance(all_infos, dict) and not all_infos):  # an empty mapping: no infos
+            source["all_infos"] = all_infos
         if not getattr(batch, "squeezed", False):
             batch_size = batch_size[:-1]  # L + 1 rows beside L: only [B] is common to all
     return tensordict.TensorDict(source, batch_size=batch_size, device=device)
@@ -200,8 +200,9 @@ def _aligned(
         return torch.cat(pieces, dim=time)
 
     source: dict[str, Any] = {"observation": _nested(moved.all_obs)}
-    with contextlib.suppress(AttributeError):  # no info fields
-        source["info"] = _nested(moved.all_infos)
+    all_infos = _nested(moved.all_infos)
+    if not (isinstance(all_infos, dict) and not all_infos):  # an empty mapping: no infos
+        source["info"] = all_infos
     for name in ("action", "reward"):
         if name in roles:
             source[name] = _map_leaves(roles[name], padded)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from episodata_core.sampling.workers import dataloader_worker
 
@@ -69,6 +69,14 @@ class ZarrOptions(BaseModel):
             "file per chunk. Fewer files, but finalize rewrites a whole shard."
         ),
     )
+    shard_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Uncompressed bytes per shard file along time, as episodata 0.2 spelled it: "
+            "sets shard_chunks to max(2, shard_bytes // chunk_bytes). Give one of the two."
+        ),
+    )
     fsync: bool = Field(
         default=True,
         description=(
@@ -108,6 +116,25 @@ class ZarrOptions(BaseModel):
             "each opens the dataset with cache_pool_bytes / num_workers."
         ),
     )
+
+    @model_validator(mode="after")
+    def _shard_bytes(self) -> ZarrOptions:
+        return _shard_bytes_to_chunks(self)
+
+
+def _shard_bytes_to_chunks(options: ZarrOptions) -> ZarrOptions:
+    if options.shard_bytes is None:
+        return options
+    # stored as chunks, the one layout option the backend reads; shard_bytes is kept
+    # beside it so the manifest shows what was asked for (and reopens to the same)
+    chunks = max(2, options.shard_bytes // options.chunk_bytes)
+    if options.shard_chunks not in (None, chunks):
+        raise ValueError(
+            f"shard_bytes={options.shard_bytes} and shard_chunks={options.shard_chunks} "
+            "both size the shards and disagree: give one of them"
+        )
+    object.__setattr__(options, "shard_chunks", chunks)
+    return options
 
 
 def worker_share(options: ZarrOptions) -> ZarrOptions:
