@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-__all__ = ["ChunkCache", "FileArray", "UnsupportedLayout", "open_file_array"]
+__all__ = ["ChunkCache", "Done", "FileArray", "UnsupportedLayout", "open_file_array"]
 
 _Buffer = bytes | memoryview  # a chunk's bytes on their way through the codecs
 _EMPTY = 2**64 - 1  # an inner chunk that a shard does not hold (offset and size)
@@ -103,7 +103,7 @@ class _DataType:
     numpy_dtype: np.dtype[Any]
 
 
-class _Done:
+class Done:
     """A finished read in the shape of a TensorStore future: ``result()`` returns or raises."""
 
     __slots__ = ("_error", "_value")
@@ -125,16 +125,16 @@ class _Selection:
     def __init__(self, array: FileArray, rows: slice | npt.NDArray[np.int64]) -> None:
         self._array, self._rows = array, rows
 
-    def read(self) -> _Done:
+    def read(self) -> Done:
         # the read happens here; its error is raised by result(), where the read path
         # waits on it and adds what it was reading
         try:
             rows = self._rows
             if isinstance(rows, slice):
-                return _Done(self._array.read_range(*rows.indices(self._array.shape[0])[:2]))
-            return _Done(self._array.read_rows(rows))
+                return Done(self._array.read_range(*rows.indices(self._array.shape[0])[:2]))
+            return Done(self._array.read_rows(rows))
         except EpisodataError as err:
-            return _Done(error=err)
+            return Done(error=err)
 
 
 class _RowIndex:
