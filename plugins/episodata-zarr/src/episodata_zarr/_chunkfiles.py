@@ -191,7 +191,7 @@ class FileArray:
         self._key = str(folder)
 
     def __getitem__(self, rows: slice) -> _Selection:
-        if not isinstance(rows, slice) or rows.step not in (None, 1):
+        if rows.step not in (None, 1):
             raise TypeError("a FileArray takes a slice of rows with step 1")
         return _Selection(self, rows)
 
@@ -369,7 +369,7 @@ def _check_crc32c(data: _Buffer, what: str) -> _Buffer:
 
 
 def _blosc(data: _Buffer, what: str) -> _Buffer:
-    from numcodecs import blosc
+    from numcodecs import blosc  # type: ignore[import-untyped]
 
     # numcodecs uses Blosc's global thread pool from a main thread (a worker's is one),
     # and that pool does not survive fork(): decode with one thread, in a context of
