@@ -413,3 +413,43 @@ def test_a_dropped_batch_releases_its_slot() -> None:
     assert storage[0] == 1
     del view
     assert storage[0] == 0
+
+
+def store_kind(items: Any) -> tuple[Batch, str]:
+    """The batch, and what this worker's Zarr arrays are read with."""
+    segments = torch.utils.data.get_worker_info().dataset
+    store = segments.dataset.backend._store
+    return segments.collate(items), type(store.arrays.index).__name__ + f"/{store.helper}"
+
+
+def test_forked_zarr_workers_read_chunk_files_without_a_helper(make_frames: Any) -> None:
+    segments = make_frames("zarr").segments(sequence_length=L)
+    loader = DataLoader(
+        segments,
+        batch_size=FRAME_BATCH,
+        num_workers=2,
+        collate_fn=store_kind,
+        multiprocessing_context="fork",
+    )
+    kinds = {kind for _, kind in loader}
+    assert kinds == {"FileArray/None"}  # TensorStore untouched, no helper process
+
+
+def test_a_damaged_chunk_raises_in_a_forked_worker(make_frames: Any, tmp_path: Any) -> None:
+    dataset = make_frames("zarr")
+    segments = dataset.segments(sequence_length=L)
+    list(frame_loader(segments, 0))  # the parent reads through TensorStore first
+    chunk = tmp_path / "frames-zarr" / "data" / "observation" / "observation" / "c" / "0"
+    chunk = next(p for p in chunk.rglob("*") if p.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[5] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    loader = DataLoader(
+        segments,
+        batch_size=len(segments),  # one batch: every window, so the damaged chunk too
+        num_workers=2,
+        collate_fn=segments.collate,
+        multiprocessing_context="fork",
+    )
+    with pytest.raises(Exception, match=rf"chunk {chunk} .*is damaged"):
+        list(loader)

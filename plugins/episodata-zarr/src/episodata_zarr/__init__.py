@@ -28,8 +28,10 @@ read. Dtypes that Zarr v3 cannot store natively (fixed-width strings) are stored
 uint8 with a trailing ``byte`` axis.
 
 TensorStore cannot run in a ``fork()`` child of a process that used it; there (a
-DataLoader worker) reads of the arrays go through a helper process, see
-:mod:`episodata_zarr._forked`; the tail is read from the memory the fork inherited.
+DataLoader worker) the arrays of a local folder are read from their chunk files
+without TensorStore (:mod:`episodata_zarr._chunkfiles`), and those on object storage
+through a helper process (:mod:`episodata_zarr._forked`); the tail is read from the
+memory the fork inherited.
 """
 
 from __future__ import annotations
@@ -139,8 +141,9 @@ class ZarrBackend:
         The schema comes from the arrays' attributes and is checked against the
         manifest's; ``schema`` (the manifest's, passed by the core) is not needed.
 
-        In a ``fork()`` child of a process that used TensorStore (a DataLoader worker), a
-        read-only open reads through a helper process, since TensorStore cannot run there.
+        In a ``fork()`` child of a process that used TensorStore (a DataLoader worker),
+        where TensorStore cannot run, a read-only open reads the chunk files itself (a
+        dataset on object storage: through a helper process).
         """
         from episodata_zarr import _impl
 
@@ -149,8 +152,15 @@ class ZarrBackend:
             if writable:
                 raise DatasetStateError(_FORKED.format(what="open for writing"))
             from episodata_core.location import is_remote
+            from episodata_zarr._chunkfiles import UnsupportedLayout
             from episodata_zarr._forked import RemoteStore
 
+            if not is_remote(location):
+                try:
+                    # the arrays read their chunk files themselves (see _chunkfiles)
+                    return cls(_impl.ZarrStore.open(os.fspath(location), opened, writable=False))
+                except UnsupportedLayout:
+                    pass  # not this backend's layout: TensorStore in a helper reads it
             where = location if is_remote(location) else Path(location)
             return cls(RemoteStore(where, opened))
         return cls(_impl.ZarrStore.open(os.fspath(location), opened, writable=writable))

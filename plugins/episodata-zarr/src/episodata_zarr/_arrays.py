@@ -3,6 +3,11 @@
 :class:`Arrays` owns the TensorStore context, one handle per data array and the index
 array, and the operations a fold needs: grow (metadata only), write many episodes'
 rows in one transaction, write index entries, trim to the committed shapes.
+
+In a ``fork()`` child of the process that imported TensorStore (a DataLoader worker),
+TensorStore aborts the process on first use. There the handles of a local folder are
+:class:`~episodata_zarr._chunkfiles.FileArray` handles instead, which read the chunk files
+themselves and answer the same read calls; such arrays are read-only.
 """
 
 from __future__ import annotations
@@ -23,17 +28,27 @@ from episodata_zarr._layout import INDEX_PATH, IndexLayout
 from episodata_zarr._reads import result
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from pathlib import Path
 
     import numpy.typing as npt
 
     from episodata_core.location import Location
+    from episodata_zarr._chunkfiles import ChunkCache
     from episodata_zarr._commit import CommitRecord
     from episodata_zarr._layout import FieldLayout
     from episodata_zarr._options import ZarrOptions
 
-__all__ = ["Arrays", "Block"]
+__all__ = ["LOADED_IN", "Arrays", "Block", "tensorstore_usable"]
+
+LOADED_IN = os.getpid()
+"""The process that imported TensorStore; a fork() child of it must not touch TensorStore."""
+
+
+def tensorstore_usable() -> bool:
+    """Whether TensorStore may run in this process (not in a fork() child of its importer)."""
+    return os.getpid() == LOADED_IN
+
 
 Block = tuple[int, int, "Mapping[str, npt.NDArray[Any]]"]
 """Consecutive rows to write: ``(first row, count, stored rows per field)``."""
@@ -60,7 +75,10 @@ class Arrays:
         self.layouts = layouts
         self.index_layout = index_layout
         self.options = options
-        self.context = self.new_context()
+        self.files = remote is None and not tensorstore_usable()
+        """Whether the handles read chunk files themselves (a fork() child; read-only)."""
+        # a fork() child creates no TensorStore object at all: not even a context
+        self.context = None if self.files else self.new_context()
         self.data: dict[str, Any] = {}
         self.chunks: dict[str, int] = {}  # rows per decoded chunk of each data array
         self.index: Any = None
@@ -122,12 +140,23 @@ class Arrays:
             result(future, f"cannot create arrays in {self.name!r}")
 
     def open(self) -> None:
-        """(Re)open every handle; checks what the arrays hold against the layout."""
-        futures = {
-            key: ts.open(self.spec(layout.path), context=self.context)
-            for key, layout in self.layouts.items()
-        }
-        index = ts.open(self.spec(INDEX_PATH), context=self.context)
+        """(Re)open every handle; checks what the arrays hold against the layout.
+
+        Raises :class:`~episodata_zarr._chunkfiles.UnsupportedLayout` in a fork() child
+        when an array's metadata is not this backend's (the chunk-file reader cannot
+        decode it).
+        """
+        if self.files:
+            from episodata_zarr._chunkfiles import ChunkCache
+
+            # a fresh cache per open, as a new TensorStore handle revalidates its chunks:
+            # a chunk cached past the old commit's rows may since hold newer rows
+            cache = ChunkCache(self.options.cache_pool_bytes)
+            opener = self._open_files(cache)
+        else:
+            opener = self._open_tensorstore()
+        futures = {key: opener(layout.path) for key, layout in self.layouts.items()}
+        index = opener(INDEX_PATH)
         for key, future in futures.items():
             layout = self.layouts[key]
             store = result(future, f"cannot open {layout.path}/zarr.json of field {key!r}")
@@ -147,6 +176,36 @@ class Arrays:
                 f"{INDEX_PATH}/zarr.json: expected {width} columns, found shape "
                 f"{list(self.index.shape)}; the dataset is damaged"
             )
+
+    def _open_tensorstore(self) -> Callable[[str], Any]:
+        return lambda path: ts.open(self.spec(path), context=self.context)
+
+    def _open_files(self, cache: ChunkCache) -> Callable[[str], Any]:
+        from episodata_zarr._chunkfiles import Done, UnsupportedLayout, open_file_array
+
+        def opener(path: str) -> Done:
+            folder = check_array(self.folder, path)
+            try:
+                return Done(open_file_array(folder, cache))
+            except UnsupportedLayout:
+                raise  # not damage: the caller reads another way
+            except EpisodataError as err:
+                return Done(error=err)  # raised where the open is waited on, as TensorStore's
+
+        return opener
+
+    def open_uncached_files(self, paths: Iterable[str]) -> dict[str, Any]:
+        """:func:`~episodata_zarr._disk.open_uncached` in a fork() child: chunk-file handles."""
+        from episodata_zarr._chunkfiles import ChunkCache
+
+        opener = self._open_files(ChunkCache(0))
+        handles: dict[str, Any] = {}
+        for path in paths:
+            try:
+                handles[path] = result(opener(path), f"cannot open {self.folder / path}")
+            except EpisodataError as err:
+                handles[path] = err
+        return handles
 
     def fresh_cache(self) -> None:
         """Drop every cached chunk (a new context), then reopen."""

@@ -86,6 +86,8 @@ def open_uncached(arrays: Arrays, paths: Iterable[str]) -> dict[str, Any]:
     They share a context without a cache pool, so nothing the writer cached answers for
     the files. A path that cannot be opened maps to the :class:`EpisodataError` saying why.
     """
+    if arrays.files:
+        return arrays.open_uncached_files(paths)
     import tensorstore as ts
 
     remote = {} if arrays.remote is None else arrays.remote.context_spec()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from episodata_core.errors import DatasetStateError
 from episodata_core.location import Url, key_value, resolve
 from episodata_zarr import _open, _reads, _recover, _refresh, _writes
-from episodata_zarr._arrays import Arrays
+from episodata_zarr._arrays import LOADED_IN, Arrays
 from episodata_zarr._commit import read_commit
 from episodata_zarr._disk import ChunkGuard
 from episodata_zarr._layout import IndexLayout
@@ -49,9 +49,6 @@ if TYPE_CHECKING:
     from episodata_zarr._options import ZarrOptions
 
 __all__ = ["LOADED_IN", "ZarrStore"]
-
-LOADED_IN = os.getpid()
-"""The process that imported TensorStore; a fork() child of it must not touch TensorStore."""
 
 _THIS_PROCESS = [LOADED_IN]  # kept current by a fork hook: os.getpid() per step costs 2 us
 os.register_at_fork(after_in_child=lambda: _THIS_PROCESS.__setitem__(0, os.getpid()))
@@ -97,6 +94,7 @@ class ZarrStore:
         self.torn_entries: list[int] = []  # index rows a torn fold wrote (see load_index)
         self.pid = os.getpid()
         self.helper: tuple[int, ForkedReader] | None = None  # (pid, reader) in a fork child
+        self.reads_in = self.pid  # the process whose arrays handles ``arrays`` holds
         self.closed = False
 
     # -- creation and opening (``_open``) -----------------------------------------------
@@ -155,15 +153,34 @@ class ZarrStore:
             )
 
     def forked(self) -> ForkedReader | None:
-        """The helper that reads for this process if it is a fork() child, else None."""
-        if os.getpid() == self.pid:
-            return None
-        if self.helper is None or self.helper[0] != os.getpid():
-            from episodata_zarr._forked import ForkedReader
+        """The helper process that reads the arrays for this process, or None.
 
-            options = worker_share(self.options).model_dump(mode="json")
-            reader = ForkedReader(self.location, options)
-            self.helper = (os.getpid(), reader)
+        In a fork() child of the process that opened this store, a local folder's arrays
+        are opened again as chunk-file handles (TensorStore cannot run there, see
+        :mod:`episodata_zarr._arrays`), once per process, and need no helper. Object
+        storage, and arrays the chunk-file reader cannot decode, read through one.
+        """
+        pid = os.getpid()
+        if pid == self.reads_in:
+            return None
+        if self.helper is not None and self.helper[0] == pid:
+            return self.helper[1]
+        if self.remote is None:
+            from episodata_zarr._chunkfiles import UnsupportedLayout
+
+            options = worker_share(self.options)
+            arrays = Arrays(self.folder, self.layouts, self.index_layout, options)
+            try:
+                arrays.open()
+            except UnsupportedLayout:
+                pass
+            else:
+                self.arrays, self.reads_in = arrays, pid
+                return None
+        from episodata_zarr._forked import ForkedReader
+
+        options_json = worker_share(self.options).model_dump(mode="json")
+        self.helper = (pid, ForkedReader(self.location, options_json))
         return self.helper[1]
 
     def episode_table(self) -> EpisodeTable:

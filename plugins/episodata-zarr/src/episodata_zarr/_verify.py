@@ -180,7 +180,8 @@ def _check_field(
             rows = np.ascontiguousarray(result(handle[lo:hi].read(), "read"))
         except EpisodataError as err:
             file = chunk_file(store.location, layout.path, handle, lo)
-            what = "is missing" if "NOT_FOUND" in str(err) else "cannot be decoded"
+            missing = "NOT_FOUND" in str(err) or f"{file} is missing" in str(err)
+            what = "is missing" if missing else "cannot be decoded"
             problems.append(f"field {key!r}: chunk {file} (rows {lo}-{hi}) {what}: {err}")
             unreadable[first:last] = True
             continue
