@@ -124,7 +124,9 @@ def minari_rows(context: Context, result: WorkloadResult) -> None:
     try:
         registry.get_importer("minari")
     except LookupError:
-        result.figures.append(Figure("minari", "episodata", "MB/s", status="skipped: not installed"))
+        result.figures.append(
+            Figure("minari", "episodata", "MB/s", status="skipped: not installed")
+        )
         return
     source = context.run_dir / "minari-hopper"
     if not source.exists():
