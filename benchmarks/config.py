@@ -48,6 +48,7 @@ class Sizes:
     d4rl_rows: int = 1_000_000
     lewm_rows: int = 50_000
     lerobot_frames: int = 20_000  # frames of 64x64x3 images of each LeRobot source
+    minari_steps: int = 500_000  # steps of the hopper-shaped Minari dataset
     # measurement budget
     rounds: int = 5
     round_seconds: float = 2.0
@@ -78,6 +79,7 @@ PRESETS: dict[str, Sizes] = {
         d4rl_rows=100_000,
         lewm_rows=4_000,
         lerobot_frames=3_000,
+        minari_steps=50_000,
         rounds=2,
         round_seconds=0.5,
         min_calls=3,
@@ -107,6 +109,7 @@ PRESETS: dict[str, Sizes] = {
         d4rl_rows=2_000,
         lewm_rows=300,
         lerobot_frames=300,
+        minari_steps=2_000,
         rounds=1,
         round_seconds=0.05,
         min_calls=2,

@@ -243,7 +243,9 @@ def run_w9(context: Context) -> WorkloadResult:
         )
     from benchmarks.workloads.imports_lance import lance_rows
     from benchmarks.workloads.lerobot_import import lerobot_rows
+    from benchmarks.workloads.minari_import import minari_rows
 
+    minari_rows(context, result)
     lerobot_rows(context, result)
     lance_rows(context, result)
     return result

@@ -40,6 +40,22 @@ def test_power_loss_posix_folders(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # 25 s; test_power_loss_posix_folders guards the same syncs in the default run
+def test_power_loss_posix_folders_many_new_chunk_folders(tmp_path: Path) -> None:
+    # 64-byte chunks: every fold makes dozens of new c/<n>/ folders, whose names only a
+    # sync of their parents makes durable (the folder syncs run together, in threads)
+    figures = check_power_loss(
+        "zarr",
+        str(tmp_path / "ds"),
+        example_schema(),
+        seed=7,
+        cuts=2,
+        chunk_bytes=64,
+        expect_recovery_report=RECOVERY_REPORTED,
+    )
+    assert figures.durable > 0
+
+
 def test_power_loss_journaled_folders(tmp_path: Path) -> None:
     figures = check_power_loss(
         "zarr",

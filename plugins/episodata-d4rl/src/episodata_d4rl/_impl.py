@@ -178,16 +178,45 @@ def _scan(handle: Any, layout: Layout, rewards: npt.NDArray[Any], atol: float) -
     return Scan(mismatch=mismatch, non_finite=counts, cache=cache)
 
 
+_PIECE_BYTES = 1 << 20
+"""Bytes of rows per step of the element-wise tests: their temporaries stay this small
+(on a whole read block they took more memory than the block itself) and in the CPU cache."""
+
+
+def _pieces(values: npt.NDArray[Any]) -> range:
+    row = max(1, values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64)))
+    return range(0, values.shape[0], max(1, _PIECE_BYTES // row))
+
+
 def _count_non_finite(values: npt.NDArray[Any]) -> int:
     if values.dtype.kind not in "fc":
         return 0
-    return int(values.size - np.count_nonzero(np.isfinite(values)))
+    step = _pieces(values).step
+    finite = sum(
+        int(np.count_nonzero(np.isfinite(values[lo : lo + step]))) for lo in _pieces(values)
+    )
+    return int(values.size - finite)
 
 
 def _differs(a: npt.NDArray[Any], b: npt.NDArray[Any], atol: float) -> npt.NDArray[np.bool_]:
+    """Rows where ``a`` and ``b`` differ by more than ``atol`` (NaN equals NaN)."""
     rows = a.shape[0]
     a2, b2 = a.reshape(rows, -1), b.reshape(rows, -1)
-    if a.dtype.kind not in "fc" and b.dtype.kind not in "fc":
+    out = np.zeros(rows, dtype=bool)
+    step = _pieces(a2).step
+    for lo in _pieces(a2):
+        x, y = a2[lo : lo + step], b2[lo : lo + step]
+        # most rows are equal bit for bit: only the others need the tolerance test
+        unequal = np.flatnonzero(~(x == y).all(axis=1))
+        if unequal.size:
+            out[lo + unequal] = _differs_within(x[unequal], y[unequal], atol)
+    return out
+
+
+def _differs_within(
+    a2: npt.NDArray[Any], b2: npt.NDArray[Any], atol: float
+) -> npt.NDArray[np.bool_]:
+    if a2.dtype.kind not in "fc" and b2.dtype.kind not in "fc":
         a2, b2 = a2.astype(np.float64), b2.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: equal, caught below
         same = (np.abs(a2 - b2) <= atol) | (a2 == b2) | (np.isnan(a2) & np.isnan(b2))
