@@ -17,8 +17,11 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.3.0"
 PROJECTS = sorted(
-    [ROOT / "pyproject.toml", ROOT / "episodata_core" / "pyproject.toml"]
-    + list((ROOT / "plugins").glob("*/pyproject.toml"))
+    [
+        ROOT / "pyproject.toml",
+        ROOT / "episodata_core" / "pyproject.toml",
+        *(ROOT / "plugins").glob("*/pyproject.toml"),
+    ]
 )
 # a third-party plugin keeps its own version; it only has to accept this core
 THIRD_PARTY = sorted((ROOT / "contrib").glob("*/pyproject.toml"))

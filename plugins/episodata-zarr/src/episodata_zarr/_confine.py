@@ -93,9 +93,9 @@ class CheckedChunks:
         new = np.unique(chunks[~seen[chunks]])
         # default chunk key encoding: c/<row chunk>/0/...
         tail = "/0" * (self._grid(path, handle)[0] - 1)
-        top = os.path.join(self.folder, path, "c")  # checked when the array was opened
+        chunk_root = os.path.join(self.folder, path, "c")  # checked when the array was opened
         for chunk in new.tolist():
-            if not os.path.lexists(f"{top}/{chunk}"):
+            if not os.path.lexists(f"{chunk_root}/{chunk}"):
                 # not made yet (a commit writing new rows): nothing there to follow, and
                 # one lstat instead of resolving every component of the path
                 continue
