@@ -23,12 +23,11 @@ from episodata_core.manifest import Manifest, Provenance
 from episodata_core.schema import DatasetSchema, FieldSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     import numpy.typing as npt
 
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
-    from episodata_core.selection import Selection
 
 __all__ = ["NoOptions", "ReadOnlyBackend", "manifest_from_02", "read_npz_members"]
 
@@ -39,7 +38,7 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class ReadOnlyBackend:
+class ReadOnlyBackend(selection.ReadsSelections):
     """A dataset of an older generation, answering reads; every write is refused.
 
     Subclasses set ``name``, ``description``, ``generation`` and implement :meth:`_read`
@@ -103,16 +102,6 @@ class ReadOnlyBackend:
                 raise KeyError(f"optional field {key!r} is absent from episode {episode}")
             out[key] = self._read(episode, start, stop, self._schema[key])
         return out
-
-    def read_fields(
-        self, keys: Iterable[str], selections: Sequence[Selection]
-    ) -> list[dict[str, npt.NDArray[Any]]]:
-        """Rows of ``keys`` for each selection (0.2's read), with one :meth:`gather_rows`."""
-        return selection.read_fields(self, keys, selections)
-
-    def episode_length(self, episode_id: int) -> int:
-        """Stored rows of the episode: T + 1."""
-        return selection.episode_length(self, episode_id)
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """A batch of windows, one :meth:`_read` per window and field (absent: zeros)."""

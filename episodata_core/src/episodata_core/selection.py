@@ -11,7 +11,7 @@ that gathers answers them at the cost of a sampled batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from episodata_core.protocols import EpisodeTable, StorageBackend
 
-__all__ = ["Selection", "episode_length", "read_fields"]
+__all__ = ["ReadsSelections", "Selection", "episode_length", "read_fields"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +133,24 @@ def _check_selection(table: EpisodeTable, selection: Selection) -> None:
             f"{selection} reaches past episode {selection.episode_id}, which has {rows} "
             f"rows (its {rows - 1} transitions and the reset row)"
         )
+
+
+class ReadsSelections:
+    """The 0.2 direct reads as backend methods, answered through the backend's gather.
+
+    A backend class that lists this base answers ``read_fields`` and ``episode_length``
+    (:class:`~episodata_core.protocols.SupportsReadFields`) with the functions above,
+    instead of each backend writing the same two delegations.
+    """
+
+    __slots__ = ()
+
+    def read_fields(
+        self, keys: Iterable[str], selections: Sequence[Selection]
+    ) -> list[dict[str, npt.NDArray[Any]]]:
+        """Rows of ``keys`` for each selection (0.2's read), with one ``gather_rows``."""
+        return read_fields(cast("StorageBackend", self), keys, selections)
+
+    def episode_length(self, episode_id: int) -> int:
+        """Stored rows of the episode: T + 1."""
+        return episode_length(cast("StorageBackend", self), episode_id)

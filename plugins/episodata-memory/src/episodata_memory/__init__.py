@@ -24,11 +24,10 @@ from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, R
 from episodata_memory._ongoing import OngoingRows
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Self
 
     from episodata_core.schema import DatasetSchema
-    from episodata_core.selection import Selection
 
 __all__ = ["MemoryBackend"]
 
@@ -45,7 +44,7 @@ class MemoryOptions(BaseModel):
     )
 
 
-class MemoryBackend:
+class MemoryBackend(selection.ReadsSelections):
     """Episodes kept in this process's memory; nothing survives the process."""
 
     name: ClassVar[str] = "memory"
@@ -213,16 +212,6 @@ class MemoryBackend:
         return {
             key: _read_only(self._rows[key].view()[base + start : base + stop]) for key in fields
         }
-
-    def read_fields(
-        self, keys: Iterable[str], selections: Sequence[Selection]
-    ) -> list[dict[str, npt.NDArray[Any]]]:
-        """Rows of ``keys`` for each selection (0.2's read), with one :meth:`gather_rows`."""
-        return selection.read_fields(self, keys, selections)
-
-    def episode_length(self, episode_id: int) -> int:
-        """Stored rows of the episode: T + 1."""
-        return selection.episode_length(self, episode_id)
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """One gather per field for a whole batch of windows, into fresh writable arrays."""

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from episodata_core.generations import OlderDataset
     from episodata_core.protocols import EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
-    from episodata_core.selection import Selection
 
 __all__ = ["NpzDirectoryBackend", "NpzDirectoryOptions"]
 
@@ -68,7 +67,7 @@ class NpzDirectoryOptions(BaseModel):
     )
 
 
-class NpzDirectoryBackend:
+class NpzDirectoryBackend(selection.ReadsSelections):
     """Episodes as ``episodes/episode_<id>.npz`` archives that ``numpy.load`` opens.
 
     Each archive holds one member per field, named by its qualified key
@@ -358,16 +357,6 @@ class NpzDirectoryBackend:
         """Read-only rows ``[start, stop)`` of one episode; each field decoded at most once."""
         arrays = self._episode_arrays(episode, fields)
         return {key: _read_only(arrays[key][start:stop]) for key in fields}
-
-    def read_fields(
-        self, keys: Iterable[str], selections: Sequence[Selection]
-    ) -> list[dict[str, npt.NDArray[Any]]]:
-        """Rows of ``keys`` for each selection (0.2's read), with one :meth:`gather_rows`."""
-        return selection.read_fields(self, keys, selections)
-
-    def episode_length(self, episode_id: int) -> int:
-        """Stored rows of the episode: T + 1."""
-        return selection.episode_length(self, episode_id)
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """Read a batch of windows, grouped by episode so each member is decoded once."""

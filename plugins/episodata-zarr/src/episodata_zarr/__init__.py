@@ -46,16 +46,14 @@ from episodata_core.errors import DatasetStateError, SchemaError
 from episodata_zarr._options import CodecName, ZarrOptions, worker_share
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Self
 
-    import numpy.typing as npt
     from pydantic import BaseModel
 
     from episodata_core.generations import OlderDataset
     from episodata_core.protocols import EpisodeRows, EpisodeTable, GatherRequest, Rows
     from episodata_core.schema import DatasetSchema
-    from episodata_core.selection import Selection
     from episodata_zarr._forked import RemoteStore
     from episodata_zarr._impl import ZarrStore
 
@@ -70,7 +68,7 @@ _FORKED = (
 )
 
 
-class ZarrBackend:
+class ZarrBackend(selection.ReadsSelections):
     """Episodes in standard Zarr v3 arrays in a folder, read and written by TensorStore.
 
     A finalized episode survives a crash of the writing process when
@@ -214,16 +212,6 @@ class ZarrBackend:
     def read_rows(self, episode: int, start: int, stop: int, fields: Sequence[str]) -> Rows:
         """Rows ``[start, stop)`` of one episode, ``[stop - start, *shape]`` per field."""
         return self._store.read_rows(episode, start, stop, fields)
-
-    def read_fields(
-        self, keys: Iterable[str], selections: Sequence[Selection]
-    ) -> list[dict[str, npt.NDArray[Any]]]:
-        """Rows of ``keys`` for each selection (0.2's read), with one :meth:`gather_rows`."""
-        return selection.read_fields(self, keys, selections)
-
-    def episode_length(self, episode_id: int) -> int:
-        """Stored rows of the episode: T + 1."""
-        return selection.episode_length(self, episode_id)
 
     def gather_rows(self, request: GatherRequest) -> Rows:
         """A batch of windows, ``[B, num_rows, *shape]`` per field; each chunk read once."""
