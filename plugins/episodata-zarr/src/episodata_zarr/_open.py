@@ -119,17 +119,7 @@ def open_local(
         root_bytes = root_file.read_bytes()
     except OSError as err:
         raise EpisodataError(f"{root_file}: cannot be read ({err})") from err
-    if zlib.crc32(root_bytes) != record.root:
-        raise EpisodataError(
-            f"{root_file}: damaged (it differs from the checksum in commit.json); it holds "
-            "the schema, so the dataset cannot be read"
-        )
-    try:
-        schema = DatasetSchema.model_validate(
-            json.loads(root_bytes)["attributes"]["episodata"]["schema"]
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise EpisodataError(f"{root_file}: no valid episodata schema ({err})") from err
+    schema = _root_schema(root_bytes, record.root, str(root_file), "commit.json")
     if record.ongoing:
         raise EpisodataError(
             f"{folder}: written by an earlier episodata-zarr (layout 1) that kept the "
@@ -158,17 +148,7 @@ def open_remote(
     root_bytes = kv.get("zarr.json")
     if root_bytes is None:
         raise EpisodataError(f"{where.url}/zarr.json is missing; the dataset is damaged")
-    if zlib.crc32(root_bytes) != record.root:
-        raise EpisodataError(
-            f"{where.url}/zarr.json: damaged (it differs from the checksum in the commit "
-            "record); it holds the schema, so the dataset cannot be read"
-        )
-    try:
-        schema = DatasetSchema.model_validate(
-            json.loads(root_bytes)["attributes"]["episodata"]["schema"]
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise EpisodataError(f"{where.url}/zarr.json: no valid episodata schema ({err})") from err
+    schema = _root_schema(root_bytes, record.root, f"{where.url}/zarr.json", "the commit record")
     store = cls(
         staging_folder(),
         schema,
@@ -184,3 +164,18 @@ def open_remote(
         # rows past the record (a killed writer's) are ignored and written over
         store.arrays.trim(record.rows, record.episodes)
     return store
+
+
+def _root_schema(root_bytes: bytes, checksum: int, name: str, record: str) -> DatasetSchema:
+    """The schema in the root ``zarr.json``, after its checksum from the commit record."""
+    if zlib.crc32(root_bytes) != checksum:
+        raise EpisodataError(
+            f"{name}: damaged (it differs from the checksum in {record}); it holds the "
+            "schema, so the dataset cannot be read"
+        )
+    try:
+        return DatasetSchema.model_validate(
+            json.loads(root_bytes)["attributes"]["episodata"]["schema"]
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise EpisodataError(f"{name}: no valid episodata schema ({err})") from err
